@@ -1,0 +1,199 @@
+"""C back end: prints imperative IR as readable C99 with TACO's naming."""
+from __future__ import annotations
+
+import math
+from functools import singledispatch
+
+from ..ir.nodes import (
+    Assign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function, If, IRExpr,
+    IRStmt, Load, Min, Param, Return, Un, Var, While,
+)
+
+PREAMBLE = """\
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdbool.h>
+#include <complex.h>
+#include <math.h>
+#define COITER_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define COITER_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define COITER_INDEX_MAX {index_max}
+
+/* realloc that zero-fills the new tail, so grown arrays behave as if calloc'ed */
+static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{
+  char* q = (char*)realloc(p, (size_t)new_n * elt);
+  if (q && new_n > old_n) memset(q + (size_t)old_n * elt, 0, (size_t)(new_n - old_n) * elt);
+  return q;
+}}
+
+static int coiter_cmp_index(const void* a, const void* b) {{
+  int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
+  return (x > y) - (x < y);
+}}
+
+static void coiter_sort_index(int64_t* a, int64_t n) {{
+  qsort(a, (size_t)n, sizeof(int64_t), coiter_cmp_index);
+}}
+"""
+
+_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,
+         "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
+
+
+def _const(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NAN"
+        if math.isinf(value):
+            return "INFINITY" if value > 0 else "(-INFINITY)"
+        text = repr(value)
+        return text if any(c in text for c in ".en") else text + ".0"
+    if isinstance(value, complex):
+        return f"({_const(value.real)} + {_const(value.imag)} * I)"
+    raise TypeError(f"cannot print constant {value!r}")
+
+
+@singledispatch
+def expr(e: IRExpr, prec: int = 0) -> str:
+    raise TypeError(type(e).__name__)
+
+
+@expr.register
+def _(e: Var, prec: int = 0) -> str:
+    return e.name
+
+
+@expr.register
+def _(e: Const, prec: int = 0) -> str:
+    return _const(e.value)
+
+
+@expr.register
+def _(e: Load, prec: int = 0) -> str:
+    return f"{e.array}[{expr(e.index)}]"
+
+
+@expr.register
+def _(e: Bin, prec: int = 0) -> str:
+    p = _PREC[e.op]
+    # right operand of a non-associative operator needs parentheses at equal precedence
+    text = f"{expr(e.a, p)} {e.op} {expr(e.b, p + 1)}"
+    return f"({text})" if p < prec else text
+
+
+@expr.register
+def _(e: Un, prec: int = 0) -> str:
+    return f"{e.op}{expr(e.a, 7)}"
+
+
+@expr.register
+def _(e: Min, prec: int = 0) -> str:
+    out = expr(e.args[0])
+    for a in e.args[1:]:
+        out = f"COITER_MIN({out}, {expr(a)})"
+    return out
+
+
+@expr.register
+def _(e: Call, prec: int = 0) -> str:
+    return f"{e.fn}({', '.join(expr(a) for a in e.args)})"
+
+
+@expr.register
+def _(e: Cast, prec: int = 0) -> str:
+    return f"(({e.ctype}){expr(e.a, 7)})"
+
+
+@singledispatch
+def stmt(s: IRStmt, ind: str) -> list[str]:
+    raise TypeError(type(s).__name__)
+
+
+def _block(b: Block, ind: str) -> list[str]:
+    out: list[str] = []
+    for s in b.stmts:
+        out += stmt(s, ind)
+    return out
+
+
+@stmt.register
+def _(s: Decl, ind: str) -> list[str]:
+    init = f" = {expr(s.init)}" if s.init is not None else ""
+    return [f"{ind}{s.ctype} {s.name}{init};"]
+
+
+@stmt.register
+def _(s: Assign, ind: str) -> list[str]:
+    if s.op == "+=" and isinstance(s.value, Const) and s.value.value == 1:
+        return [f"{ind}{expr(s.target)}++;"]
+    return [f"{ind}{expr(s.target)} {s.op} {expr(s.value)};"]
+
+
+@stmt.register
+def _(s: ExprStmt, ind: str) -> list[str]:
+    return [f"{ind}{expr(s.expr)};"]
+
+
+@stmt.register
+def _(s: Block, ind: str) -> list[str]:
+    return [f"{ind}{{", *_block(s, ind + "  "), f"{ind}}}"]
+
+
+@stmt.register
+def _(s: For, ind: str) -> list[str]:
+    init = f"{s.ctype} {s.var} = {expr(s.start)}" if s.start is not None else ""
+    head = f"{ind}for ({init}; {s.var} < {expr(s.end)}; {s.var}++) {{"
+    pragma = [f"{ind}#pragma {s.pragma}"] if s.pragma else []
+    return [*pragma, head, *_block(s.body, ind + "  "), f"{ind}}}"]
+
+
+@stmt.register
+def _(s: While, ind: str) -> list[str]:
+    return [f"{ind}while ({expr(s.cond)}) {{", *_block(s.body, ind + "  "), f"{ind}}}"]
+
+
+@stmt.register
+def _(s: If, ind: str) -> list[str]:
+    out = [f"{ind}if ({expr(s.cond)}) {{", *_block(s.then, ind + "  ")]
+    other = s.otherwise
+    while isinstance(other, If):
+        out += [f"{ind}}} else if ({expr(other.cond)}) {{", *_block(other.then, ind + "  ")]
+        other = other.otherwise
+    if isinstance(other, Block) and other.stmts:
+        out += [f"{ind}}} else {{", *_block(other, ind + "  ")]
+    out.append(f"{ind}}}")
+    return out
+
+
+@stmt.register
+def _(s: Comment, ind: str) -> list[str]:
+    return [f"{ind}/* {s.text.replace('*/', '* /')} */"]
+
+
+@stmt.register
+def _(s: Return, ind: str) -> list[str]:
+    return [f"{ind}return {expr(s.value)};"]
+
+
+def _param(p: Param) -> str:
+    const = "const " if p.const else ""
+    if p.pointers:
+        return f"{const}{p.ctype}{'*' * p.pointers} restrict {p.name}"
+    return f"{p.ctype} {p.name}"
+
+
+def function(fn: Function) -> str:
+    """One C function definition."""
+    params = ",\n    ".join(_param(p) for p in fn.params) or "void"
+    lines = [f"{fn.returns} {fn.name}(\n    {params}) {{", *_block(fn.body, "  "), "}"]
+    return "\n".join(lines)
+
+
+def module(functions: list[Function], index_max: str) -> str:
+    """A complete C translation unit holding ``functions``."""
+    return PREAMBLE.format(index_max=index_max) + "\n" + "\n\n".join(function(f) for f in functions) + "\n"

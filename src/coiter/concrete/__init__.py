@@ -1,0 +1,1 @@
+"""Concrete index notation, concretization, schedules."""

@@ -1,0 +1,282 @@
+"""Concretize: index notation (with reductions placed) → concrete index notation.
+
+1. Reductions nested inside larger expressions become scalar temporaries
+   (``... t ... where forall(k, t += ...)``); a reduction over the whole
+   right-hand side becomes one too when every free variable is iterated first
+   (TACO's SpMV form), and is otherwise an accumulation into the result.
+2. A loop order concordant with every operand is chosen; operands that cannot
+   be made concordant are transposed through a generated conversion.
+3. Where a sparse result would be scattered into (a reduction loop encloses the
+   loop of an appended result level), a dense row workspace is inserted
+   (Gustavson's algorithm); where one workspace cannot help, the result is
+   computed densely and converted.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import FormatError
+from ..formats.format import Format, dense
+from ..formats.levels.workspace import WorkspaceList
+from ..lattice.graph import Edge, choose_order
+from ..notation.ast import (
+    Access,
+    Assignment,
+    BinaryExpr,
+    Div,
+    Expr,
+    IndexVar,
+    Neg,
+    Reduction,
+    accesses,
+    index_vars_of,
+    walk,
+)
+from .stmt import Assign, ConcreteProgram, Env, Forall, Stmt, TensorDecl, Where
+
+
+@dataclass(frozen=True)
+class _Temp:
+    name: str
+    reduced: tuple[IndexVar, ...]
+    body: Expr
+    free: frozenset[IndexVar]
+
+
+def _peel(e: Expr) -> tuple[tuple[IndexVar, ...], Expr]:
+    """Split ``sum(a, sum(b, e))`` into ``((a, b), e)``."""
+    vars_: list[IndexVar] = []
+    while isinstance(e, Reduction):
+        vars_.append(e.var)
+        e = e.body
+    return tuple(vars_), e
+
+
+class _Lifter:
+    """Replaces nested reductions by scalar temporaries (post-order)."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.temps: list[_Temp] = []
+        self._taken = taken
+
+    def fresh(self, prefix: str = "t") -> str:
+        """A tensor name not used yet: ``t0``, ``t1``... (or ``<prefix>0``...)."""
+        for n in itertools.count():
+            name = f"{prefix}{n}"
+            if name not in self._taken:
+                self._taken.add(name)
+                return name
+        raise AssertionError("unreachable")
+
+    def lift(self, e: Expr) -> Expr:
+        if isinstance(e, Reduction):
+            reduced, body = _peel(e)
+            body = self.lift(body)
+            free = frozenset(v for v in _vars_incl_temps(body, self.temps) if v not in reduced)
+            temp = _Temp(self.fresh(), reduced, body, free)
+            self.temps.append(temp)
+            return Access(temp.name, ())
+        if isinstance(e, BinaryExpr):
+            return type(e)(self.lift(e.a), self.lift(e.b))
+        if isinstance(e, Neg):
+            return Neg(self.lift(e.operand))
+        return e
+
+
+def _vars_incl_temps(e: Expr, temps: list[_Temp]) -> set[IndexVar]:
+    """Index variables ``e`` depends on, looking through temporaries."""
+    by_name = {t.name: t for t in temps}
+    out: set[IndexVar] = set()
+    for a in accesses(e):
+        if a.tensor in by_name:
+            out |= by_name[a.tensor].free
+        else:
+            out |= set(a.indices)
+    return out
+
+
+def _check_denominators(e: Expr, formats: Mapping[str, Format]) -> None:
+    for node in walk(e):
+        if isinstance(node, Div):
+            for a in accesses(node.b):
+                fmt = formats.get(a.tensor)
+                if fmt is not None and not all(lv.full and lv.has_locate for lv in fmt.levels):
+                    raise FormatError(
+                        f"division by sparse operand {a.tensor} ({fmt}): missing entries would be "
+                        f"division by zero; store {a.tensor} densely"
+                    )
+
+
+def concretize(
+    assignment: Assignment,
+    formats: Mapping[str, Format],
+    dtypes: Mapping[str, np.dtype],
+    result_dtype: np.dtype,
+) -> ConcreteProgram:
+    """Turn an assignment whose reductions are explicit into concrete index notation.
+
+    ``formats``/``dtypes`` cover every tensor named in the assignment (result included).
+    """
+    lhs = assignment.lhs
+    _check_denominators(assignment.rhs, formats)
+    result_fmt = formats[lhs.tensor]
+    names = set(formats)
+    lifter = _Lifter(names)
+    top_reduced, top_body = _peel(assignment.rhs)
+    body = lifter.lift(top_body)
+    temps = lifter.temps
+
+    # --- loop order -----------------------------------------------------------------------
+    free = list(lhs.indices)
+    result_path = [free[m] for m in result_fmt.ordering]
+    all_vars = result_path + [v for v in index_vars_of(assignment.rhs) if v not in free]
+    required: list[Edge] = [(f, r) for t in temps for f in t.free for r in t.reduced]
+    operand_accesses = _operand_accesses(body, temps)
+    operands = [(a, formats[a.tensor]) for a in operand_accesses]
+    lo = choose_order(all_vars, operands, (lhs, result_fmt), required)
+    rank = {v: n for n, v in enumerate(lo.order)}
+
+    decls: dict[str, TensorDecl] = {}
+    for name, fmt in formats.items():
+        role = "result" if name == lhs.tensor else "input"
+        decls[name] = TensorDecl(name, fmt, np.dtype(dtypes[name]), role)
+    renames: dict[Access, Access] = {}
+    for idx, new_fmt in lo.transposed:
+        acc = operand_accesses[idx]
+        new_name = lifter.fresh(f"{acc.tensor}_T")
+        decls[new_name] = replace(decls[acc.tensor], name=new_name, format=new_fmt,
+                                  converted_from=acc.tensor)
+        renames[acc] = Access(new_name, acc.indices)
+    if renames:
+        body = _rename(body, renames)
+        temps = [replace(t, body=_rename(t.body, renames)) for t in temps]
+    for t in temps:
+        decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp")
+
+    # --- whole-RHS reduction: temporary (gather) or accumulation (scatter) ------------------
+    accumulate = False
+    if top_reduced:
+        if all(rank[f] < rank[r] for f in free for r in top_reduced):
+            t = _Temp(lifter.fresh(), top_reduced, body, frozenset(free))
+            temps.append(t)
+            decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp")
+            body = Access(t.name, ())
+        else:
+            accumulate = True
+
+    result_conversion = None
+    builder = _Builder(lo.order, temps)
+    scattered = _scattered_levels(lhs, result_fmt, lo.order, top_reduced if accumulate else ())
+    if not lo.result_concordant or scattered:
+        ws = (_workspace_var(lhs, result_fmt, lo.order, scattered, top_reduced)
+              if lo.result_concordant and scattered else None)
+        if ws is not None:
+            w = Access(lifter.fresh("w"), (ws,))
+            decls[w.tensor] = TensorDecl(w.tensor, Format([WorkspaceList()]),
+                                         np.dtype(result_dtype), "workspace", (ws,))
+            stmt = builder.workspace(lhs, w, body)
+            return ConcreteProgram(stmt, decls, lhs.tensor, Env())
+        # no single workspace helps: compute densely, convert afterwards
+        result_conversion = result_fmt
+        decls[lhs.tensor] = replace(decls[lhs.tensor], format=dense(len(free)))
+    stmt = builder.build((), lhs, body, accumulate, frozenset())
+    return ConcreteProgram(stmt, decls, lhs.tensor, Env(), result_conversion)
+
+
+def _operand_accesses(body: Expr, temps: list[_Temp]) -> list[Access]:
+    temp_names = {t.name for t in temps}
+    seen: dict[Access, None] = {}
+    for e in [body] + [t.body for t in temps]:
+        for a in accesses(e):
+            if a.tensor not in temp_names:
+                seen.setdefault(a, None)
+    return list(seen)
+
+
+def _rename(e: Expr, renames: Mapping[Access, Access]) -> Expr:
+    if isinstance(e, Access):
+        return renames.get(e, e)
+    if isinstance(e, BinaryExpr):
+        return type(e)(_rename(e.a, renames), _rename(e.b, renames))
+    if isinstance(e, Neg):
+        return Neg(_rename(e.operand, renames))
+    return e
+
+
+def _scattered_levels(
+    lhs: Access, fmt: Format, order: tuple[IndexVar, ...], reduced: tuple[IndexVar, ...]
+) -> list[int]:
+    """Result levels that append but whose loop sits inside a reduction loop."""
+    if not reduced:
+        return []
+    first = min(order.index(r) for r in reduced)
+    out = []
+    for k, level in enumerate(fmt.levels):
+        v = lhs.indices[fmt.ordering[k]]
+        if level.has_append and order.index(v) > first:
+            out.append(k)
+    return out
+
+
+def _workspace_var(
+    lhs: Access, fmt: Format, order: tuple[IndexVar, ...], scattered: list[int],
+    reduced: tuple[IndexVar, ...],
+) -> IndexVar | None:
+    """The variable of a one-dimensional row workspace, when one suffices."""
+    last = fmt.order - 1
+    if scattered != [last] or not fmt.levels[last].unique:
+        return None
+    v = lhs.indices[fmt.ordering[last]]
+    # every other result variable must be iterated before the scatter starts
+    first = min(order.index(r) for r in reduced)
+    if any(order.index(u) > first for u in lhs.indices if u != v):
+        return None
+    return v
+
+
+class _Builder:
+    """Nests foralls in loop order, placing each temporary's where as early as possible."""
+
+    def __init__(self, order: tuple[IndexVar, ...], temps: list[_Temp]) -> None:
+        self.order = order
+        self.temps = {t.name: t for t in temps}
+
+    def build(
+        self, bound: tuple[IndexVar, ...], lhs: Access, rhs: Expr, accumulate: bool,
+        placed: frozenset[str],
+    ) -> Stmt:
+        ready = [
+            self.temps[a.tensor] for a in accesses(rhs)
+            if a.tensor in self.temps and a.tensor not in placed
+            and self.temps[a.tensor].free <= set(bound)
+        ]
+        if ready:
+            t = ready[0]
+            consumer = self.build(bound, lhs, rhs, accumulate, placed | {t.name})
+            producer = self.build(bound, Access(t.name, ()), t.body, True, placed)
+            return Where(consumer, producer)
+        needed = set(lhs.indices) | {
+            v for a in accesses(rhs) if a.tensor not in self.temps for v in a.indices
+        }
+        needed |= {v for a in accesses(rhs) if a.tensor in self.temps and a.tensor not in placed
+                   for v in self.temps[a.tensor].free}
+        for v in self.order:
+            if v in needed and v not in bound:
+                return Forall(v, self.build(bound + (v,), lhs, rhs, accumulate, placed))
+        return Assign(lhs, rhs, accumulate)
+
+    def workspace(self, lhs: Access, w: Access, body: Expr) -> Stmt:
+        """``forall(outer, (forall(j, A = w(j))) where (... w(j) += body))``."""
+        (j,) = w.indices
+        outer = tuple(v for v in self.order if v in lhs.indices and v != j)
+        inner_bound = outer
+        consumer = self.build(inner_bound, lhs, w, False, frozenset())
+        producer = self.build(inner_bound, w, body, True, frozenset())
+        stmt: Stmt = Where(consumer, producer)
+        for v in reversed(outer):
+            stmt = Forall(v, stmt)
+        return stmt

@@ -1,0 +1,163 @@
+"""The level interface: what code generation may ask of one level of a format.
+
+A level format is a plugin. It declares its *properties* (full, ordered, unique,
+branchless, compact) and *capabilities* (coordinate-position iteration, locate,
+insert, append) and emits IR for its level functions (Chou et al., OOPSLA 2018,
+Table 1). Lowering never names a level type; it only consults this interface.
+
+Each level also carries the NumPy-side functions that validate, pack and unpack
+its arrays, so adding a level format means adding one file here.
+
+Array-naming convention (TACO's): level ``k`` (1-based, storage order) of tensor
+``B`` owns arrays ``B{k}_{name}`` (``B2_pos``, ``B2_crd``) and the dimension
+``B{k}_dimension``; values live in ``B_vals``.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ...ir.nodes import IRExpr, IRStmt, Var
+
+
+@dataclass(frozen=True)
+class LevelNames:
+    """C names of one level's arrays and dimension."""
+
+    tensor: str
+    k: int  # 1-based storage level
+
+    def array(self, name: str) -> str:
+        return f"{self.tensor}{self.k}_{name}"
+
+    @property
+    def dimension(self) -> Var:
+        return Var(f"{self.tensor}{self.k}_dimension")
+
+
+@dataclass(frozen=True)
+class ParentPos:
+    """Where a level's parent stands: one position, or a run ``[lo, hi)`` of duplicates."""
+
+    lo: IRExpr
+    hi: IRExpr | None = None  # set when the parent level is non-unique
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Result of packing one level from sorted coordinates."""
+
+    arrays: dict[str, np.ndarray]
+    child_pos: np.ndarray  # position of every entry in this level
+    size: int  # number of positions in this level
+
+
+@dataclass(frozen=True)
+class Level(ABC):
+    """One level format, possibly configured (ordered/unique)."""
+
+    ordered: bool = True
+    unique: bool = True
+
+    # --- identity -------------------------------------------------------------------------
+    kind: ClassVar[str] = "abstract"
+    letter: ClassVar[str] = "?"  # TACO format-string letter for the default configuration
+    arrays: ClassVar[tuple[str, ...]] = ()  # names of the index arrays this level stores
+
+    # --- properties -----------------------------------------------------------------------
+    full: ClassVar[bool] = False
+    branchless: ClassVar[bool] = False
+    compact: ClassVar[bool] = True
+
+    # --- capabilities ---------------------------------------------------------------------
+    has_locate: ClassVar[bool] = False
+    has_pos_iter: ClassVar[bool] = False
+    has_insert: ClassVar[bool] = False
+    has_append: ClassVar[bool] = False
+
+    def format_letter(self) -> str:
+        """Letter in TACO's format strings for this configuration."""
+        return self.letter
+
+    def __str__(self) -> str:
+        flags = []
+        if not self.ordered:
+            flags.append("unordered")
+        if not self.unique:
+            flags.append("nonunique")
+        return self.kind + (f"({', '.join(flags)})" if flags else "")
+
+    # --- iteration (IR) ----------------------------------------------------------------------
+    def pos_bounds(self, names: LevelNames, parent: ParentPos) -> tuple[IRExpr, IRExpr]:
+        """Positions ``[begin, end)`` that are children of ``parent`` (position iteration)."""
+        raise TypeError(f"{self.kind} levels have no position iteration")
+
+    def pos_access(self, names: LevelNames, p: IRExpr) -> IRExpr:
+        """Coordinate stored at position ``p``."""
+        raise TypeError(f"{self.kind} levels have no position iteration")
+
+    def locate(self, names: LevelNames, parent: IRExpr, coord: IRExpr) -> IRExpr:
+        """Position of coordinate ``coord`` under parent position ``parent``."""
+        raise TypeError(f"{self.kind} levels have no locate")
+
+    def child_position(self, names: LevelNames, p: IRExpr, coord: IRExpr) -> IRExpr:
+        """Position that children and values use for iterator position ``p`` (usually ``p``)."""
+        return p
+
+    def iter_init(self, names: LevelNames) -> list[IRStmt]:
+        """Statements run before position iteration starts (e.g. sorting an unordered list)."""
+        return []
+
+    def insert_coord(self, names: LevelNames, p: IRExpr, coord: IRExpr) -> list[IRStmt]:
+        """Statements recording an insert at located position ``p``."""
+        return []
+
+    # --- assembly (IR) -----------------------------------------------------------------------
+    # Append levels store ``position_arrays`` (one entry per position of this level)
+    # and ``parent_arrays`` (one entry per parent position, plus one).
+    position_arrays: ClassVar[tuple[str, ...]] = ()
+    parent_arrays: ClassVar[tuple[str, ...]] = ()
+
+    def append_coord(self, names: LevelNames, p: IRExpr, coord: IRExpr) -> list[IRStmt]:
+        raise TypeError(f"{self.kind} levels cannot append")
+
+    def append_edges(
+        self, names: LevelNames, parent: IRExpr, begin: IRExpr, end: IRExpr
+    ) -> list[IRStmt]:
+        return []
+
+    def append_finalize(self, names: LevelNames, parent_size: IRExpr) -> list[IRStmt]:
+        return []
+
+    # --- NumPy side ------------------------------------------------------------------------
+    @abstractmethod
+    def size(self, arrays: dict[str, np.ndarray], parent_size: int, dim: int) -> int:
+        """Number of positions in this level."""
+
+    @abstractmethod
+    def validate(
+        self, arrays: dict[str, np.ndarray], parent_size: int, dim: int, where: str
+    ) -> int:
+        """Check the arrays' invariants (raising FormatError naming ``where``); return size."""
+
+    @abstractmethod
+    def pack(
+        self, parent_pos: np.ndarray, crd: np.ndarray, parent_size: int, dim: int, itype: np.dtype
+    ) -> Packed:
+        """Build this level from entries sorted lexicographically by coordinate path.
+
+        ``parent_pos[e]`` is entry ``e``'s position in the parent level and
+        ``crd[e]`` its coordinate in this level.
+        """
+
+    @abstractmethod
+    def unpack(
+        self, arrays: dict[str, np.ndarray], parent_pos: np.ndarray, dim: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Expand parent positions into ``(child_pos, parent_index, crd)``.
+
+        ``parent_index[c]`` says which entry of ``parent_pos`` child ``c`` came from.
+        """

@@ -1,0 +1,135 @@
+"""Physical storage of a tensor: per-level index arrays plus a values array.
+
+This is the data contract between the Python side and generated kernels: level
+``k`` of the format owns ``levels[k][name]`` for each name in ``Level.arrays``;
+all index arrays of one tensor share one integer type (int32 when every index
+fits, int64 otherwise); ``vals`` holds one value per position of the last level.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import FormatError, ShapeError
+from .format import Format
+
+INT32_MAX = np.iinfo(np.int32).max
+
+
+def choose_index_dtype(shape: tuple[int, ...], nnz: int) -> np.dtype:
+    """int32 when every coordinate and position fits, else int64."""
+    biggest = max([nnz, *shape], default=0)
+    return np.dtype(np.int32) if biggest < INT32_MAX else np.dtype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class Storage:
+    format: Format
+    shape: tuple[int, ...]
+    levels: tuple[dict[str, np.ndarray], ...]
+    vals: np.ndarray
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        for arrays in self.levels:
+            for a in arrays.values():
+                return a.dtype
+        return choose_index_dtype(self.shape, int(self.vals.shape[0]))
+
+    @property
+    def level_dims(self) -> tuple[int, ...]:
+        return tuple(self.shape[m] for m in self.format.ordering)
+
+    def level_sizes(self) -> list[int]:
+        """Positions per level, outermost first (no validation)."""
+        sizes, parent = [], 1
+        for level, arrays, dim in zip(self.format.levels, self.levels, self.level_dims):
+            parent = level.size(arrays, parent, dim)
+            sizes.append(parent)
+        return sizes
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries (positions of the last level; all of them for dense)."""
+        return self.level_sizes()[-1] if self.levels else 1
+
+    def validate(self, name: str = "tensor") -> None:
+        """Check every invariant a kernel relies on; raise FormatError naming ``name``."""
+        fmt = self.format
+        if len(self.shape) != fmt.order or len(self.levels) != fmt.order:
+            raise FormatError(f"{name}: format {fmt} does not match order {len(self.shape)}")
+        if any(d < 0 for d in self.shape):
+            raise ShapeError(f"{name}: negative dimension in shape {self.shape}")
+        itypes = {a.dtype for arrays in self.levels for a in arrays.values()}
+        if len(itypes) > 1 or (itypes and next(iter(itypes)) not in (np.int32, np.int64)):
+            raise FormatError(f"{name}: index arrays must all be int32 or all int64, got {itypes}")
+        parent = 1
+        for k, (level, arrays, dim) in enumerate(zip(fmt.levels, self.levels, self.level_dims)):
+            missing = set(level.arrays) - set(arrays)
+            if missing:
+                raise FormatError(f"{name}: level {k + 1} ({level}) lacks arrays {sorted(missing)}")
+            for a in arrays.values():
+                if a.ndim != 1 or not a.flags.c_contiguous:
+                    raise FormatError(f"{name}: level {k + 1} arrays must be 1-D and contiguous")
+            parent = level.validate(arrays, parent, dim, f"{name} level {k + 1} ({level})")
+        if self.vals.ndim != 1 or self.vals.shape[0] < parent or not self.vals.flags.c_contiguous:
+            raise FormatError(f"{name}: values array has {self.vals.shape[0]} entries, needs {parent}")
+
+    # ------------------------------------------------------------------ packing
+
+    @classmethod
+    def from_coords(
+        cls,
+        coords: np.ndarray,
+        values: np.ndarray,
+        shape: tuple[int, ...],
+        fmt: Format,
+        index_dtype: np.dtype | None = None,
+    ) -> Storage:
+        """Pack coordinates (order × nnz, any order, duplicates summed) into ``fmt``."""
+        order = len(shape)
+        coords = np.asarray(coords, dtype=np.int64).reshape(order, -1)
+        values = np.asarray(values).reshape(-1)
+        if coords.shape[1] != values.shape[0]:
+            raise ShapeError(f"{coords.shape[1]} coordinates but {values.shape[0]} values")
+        for m in range(order):
+            if coords.shape[1] and (coords[m].min() < 0 or coords[m].max() >= shape[m]):
+                raise ShapeError(f"coordinate of mode {m} out of range [0, {shape[m]})")
+        perm = coords[list(fmt.ordering)] if order else coords
+        if order and perm.shape[1]:
+            idx = np.lexsort(perm[::-1])
+            perm, values = perm[:, idx], values[idx]
+            keep = np.ones(perm.shape[1], dtype=bool)
+            keep[1:] = np.any(perm[:, 1:] != perm[:, :-1], axis=0)
+            if not keep.all():
+                starts = np.flatnonzero(keep)
+                values = np.add.reduceat(values, starts)
+                perm = perm[:, keep]
+        itype = index_dtype or choose_index_dtype(shape, perm.shape[1] if order else 1)
+        levels: list[dict[str, np.ndarray]] = []
+        parent_pos = np.zeros(perm.shape[1] if order else 1, dtype=np.int64)
+        parent_size = 1
+        for k, level in enumerate(fmt.levels):
+            packed = level.pack(parent_pos, perm[k], parent_size, shape[fmt.ordering[k]], itype)
+            levels.append(packed.arrays)
+            parent_pos, parent_size = packed.child_pos, packed.size
+        vals = np.zeros(parent_size, dtype=values.dtype)
+        if order:
+            vals[parent_pos] = values  # entries are unique after summing duplicates
+        else:
+            vals[0] = values.sum()
+        return cls(fmt, tuple(shape), tuple(levels), vals)
+
+    def to_coords(self) -> tuple[np.ndarray, np.ndarray]:
+        """Stored coordinates (order × n, in storage order of traversal) and their values."""
+        fmt = self.format
+        pos = np.zeros(1, dtype=np.int64)
+        per_level: list[np.ndarray] = []
+        for level, arrays, dim in zip(fmt.levels, self.levels, self.level_dims):
+            pos, parent_index, crd = level.unpack(arrays, pos, dim)
+            per_level = [c[parent_index] for c in per_level] + [crd]
+        coords = np.zeros((fmt.order, pos.shape[0]), dtype=np.int64)
+        for k, m in enumerate(fmt.ordering):
+            coords[m] = per_level[k]
+        return coords, self.vals[pos]

@@ -1,0 +1,1 @@
+"""Imperative IR produced by lowering."""

@@ -1,0 +1,208 @@
+"""Imperative IR: the immutable, target-neutral program that lowering produces.
+
+Expressions and statements are frozen dataclasses; back ends (``coiter.codegen``)
+print them. Types are C spellings (``double``, ``int32_t``...), since every
+current target is C-like.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+# ---------------------------------------------------------------- expressions
+
+
+class IRExpr:
+    """Base of IR expressions."""
+
+
+@dataclass(frozen=True)
+class Var(IRExpr):
+    name: str
+
+
+@dataclass(frozen=True)
+class Const(IRExpr):
+    value: Union[int, float, complex, bool]
+
+
+@dataclass(frozen=True)
+class Load(IRExpr):
+    array: str
+    index: IRExpr
+
+
+@dataclass(frozen=True)
+class Bin(IRExpr):
+    op: str  # + - * / % < <= > >= == != && ||
+    a: IRExpr
+    b: IRExpr
+
+
+@dataclass(frozen=True)
+class Un(IRExpr):
+    op: str  # - !
+    a: IRExpr
+
+
+@dataclass(frozen=True)
+class Min(IRExpr):
+    args: tuple[IRExpr, ...]
+
+
+@dataclass(frozen=True)
+class Call(IRExpr):
+    fn: str
+    args: tuple[IRExpr, ...]
+
+
+@dataclass(frozen=True)
+class Cast(IRExpr):
+    ctype: str
+    a: IRExpr
+
+
+# ----------------------------------------------------------------- statements
+
+
+class IRStmt:
+    """Base of IR statements."""
+
+
+@dataclass(frozen=True)
+class Decl(IRStmt):
+    ctype: str
+    name: str
+    init: IRExpr | None = None
+
+
+@dataclass(frozen=True)
+class Assign(IRStmt):
+    target: Union[Var, Load]
+    value: IRExpr
+    op: str = "="  # "=" or a compound such as "+="
+
+
+@dataclass(frozen=True)
+class ExprStmt(IRStmt):
+    expr: IRExpr
+
+
+@dataclass(frozen=True)
+class Block(IRStmt):
+    stmts: tuple[IRStmt, ...]
+
+
+@dataclass(frozen=True)
+class For(IRStmt):
+    """``for (ctype var = start; var < end; var++)``; ``start`` None continues an existing var."""
+
+    var: str
+    ctype: str
+    start: IRExpr | None
+    end: IRExpr
+    body: Block
+    pragma: str | None = None
+
+
+@dataclass(frozen=True)
+class While(IRStmt):
+    cond: IRExpr
+    body: Block
+
+
+@dataclass(frozen=True)
+class If(IRStmt):
+    cond: IRExpr
+    then: Block
+    otherwise: IRStmt | None = None  # a Block, or an If for else-if chains
+
+
+@dataclass(frozen=True)
+class Comment(IRStmt):
+    text: str
+
+
+@dataclass(frozen=True)
+class Return(IRStmt):
+    value: IRExpr
+
+
+@dataclass(frozen=True)
+class Param:
+    ctype: str  # element type; pointers expressed by ``pointers``
+    name: str
+    pointers: int = 0
+    const: bool = False
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    params: tuple[Param, ...]
+    body: Block
+    returns: str = "int"
+
+
+# ------------------------------------------------------------------- helpers
+
+
+def block(*items: IRStmt | Block | list | tuple | None) -> Block:
+    """Flatten statements, nested lists and Blocks into one Block (dropping Nones)."""
+    out: list[IRStmt] = []
+
+    def add(x: object) -> None:
+        if x is None:
+            return
+        if isinstance(x, Block):
+            out.extend(x.stmts)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                add(y)
+        else:
+            assert isinstance(x, IRStmt), x
+            out.append(x)
+
+    for it in items:
+        add(it)
+    return Block(tuple(out))
+
+
+def add(a: IRExpr, b: IRExpr) -> IRExpr:
+    """``a + b`` with constant folding of zeros."""
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    if isinstance(a, Const) and a.value == 0:
+        return b
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value + b.value)
+    return Bin("+", a, b)
+
+
+def mul(a: IRExpr, b: IRExpr) -> IRExpr:
+    """``a * b`` with constant folding of ones and zeros."""
+    if isinstance(a, Const) and a.value == 1:
+        return b
+    if isinstance(b, Const) and b.value == 1:
+        return a
+    if (isinstance(a, Const) and a.value == 0) or (isinstance(b, Const) and b.value == 0):
+        return Const(0)
+    return Bin("*", a, b)
+
+
+def eq(a: IRExpr, b: IRExpr) -> IRExpr:
+    return Bin("==", a, b)
+
+
+def lt(a: IRExpr, b: IRExpr) -> IRExpr:
+    return Bin("<", a, b)
+
+
+def conj(terms: list[IRExpr]) -> IRExpr:
+    """Logical and of ``terms`` (true when empty)."""
+    if not terms:
+        return Const(True)
+    out = terms[0]
+    for t in terms[1:]:
+        out = Bin("&&", out, t)
+    return out

@@ -1,0 +1,1 @@
+"""Iteration graphs and merge lattices."""

@@ -1,0 +1,1 @@
+"""Lowering concrete index notation to imperative IR."""

@@ -1,0 +1,802 @@
+"""Lowering: concrete index notation → imperative IR (Kjolstad, Fig. 5-2).
+
+Every forall becomes one loop per merge-lattice point; each loop co-iterates the
+point's sparse iterators (levels that cannot locate), resolves the coordinate,
+locates every level that can, and runs one case per dominated point with the
+expression restricted to the operands present there. Results are assembled by
+insert (levels with locate) or append (levels with append), decided purely by
+level capabilities: this module never names a level format.
+
+Three kernel modes share the code: ``fused`` assembles the result's index
+structure and computes values, ``assemble`` only the structure, ``compute``
+only the values into a structure assembled before (same lattice, same order,
+so the position counters replay exactly).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from ..concrete.stmt import (
+    Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts,
+)
+from ..errors import FormatError
+from ..formats.levels.base import Level, LevelNames, ParentPos
+from ..ir.nodes import (
+    Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function,
+    If, IRExpr, IRStmt, Load, Min, Param, Return, Un, Var, While, add, block, conj, eq, lt, mul,
+)
+from ..lattice.lattice import Iter, Lattice, Point, build_lattice, sparse_iters
+from ..notation.ast import (
+    Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
+)
+from .types import c_index_type, c_value_type
+
+C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if "
+    "inline int long register restrict return short signed sizeof static struct switch typedef "
+    "union unsigned void volatile while bool true false complex I NULL main".split()
+)
+
+MODES = ("fused", "assemble", "compute")
+
+
+def sanitize(name: str) -> str:
+    """A C identifier derived from a user-chosen name (never the raw name)."""
+    s = re.sub(r"[^0-9A-Za-z_]", "_", name) or "_"
+    if s[0].isdigit():
+        s = "T" + s
+    if s in C_KEYWORDS or s.startswith("coiter"):
+        s += "_"
+    return s
+
+
+# ------------------------------------------------------------------ kernel description
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One C parameter and where its value comes from at call time."""
+
+    kind: str  # "dim" | "array" | "vals" | "out" | "out_len" | "cap_hint"
+    tensor: str
+    level: int = -1  # 0-based storage level for "dim"/"array"
+    array: str = ""
+
+
+@dataclass(frozen=True)
+class KernelIR:
+    function: Function
+    params: tuple[ParamSpec, ...]
+    mode: str
+    result: str
+    result_allocated: bool  # True: the kernel mallocs result arrays and returns them via out/out_len
+    out_arrays: tuple[tuple[int, str], ...]  # (level, array) in out-slot order; (-1, "vals") last
+
+
+# ------------------------------------------------------------------ scope
+
+
+@dataclass(frozen=True)
+class Scope:
+    coords: Mapping[IndexVar, IRExpr] = field(default_factory=dict)
+    pos: Mapping[tuple[Access, int], ParentPos] = field(default_factory=dict)
+
+    def with_coord(self, v: IndexVar, e: IRExpr) -> Scope:
+        return replace(self, coords={**self.coords, v: e})
+
+    def with_pos(self, items: Iterable[tuple[tuple[Access, int], ParentPos]]) -> Scope:
+        return replace(self, pos={**self.pos, **dict(items)})
+
+
+@dataclass
+class _Group:
+    """Consecutive result levels sharing one append position counter (compressed + singletons)."""
+
+    head: int
+    members: list[int]
+    counter: str = ""
+    cap: str = ""
+
+
+# ------------------------------------------------------------------ helpers on expressions
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Literal) and e.value == 0
+
+
+def simplify(e: Expr, zero: frozenset) -> Expr:
+    """Replace accesses in ``zero`` by 0 and fold x*0, x+0, -0 (Chou et al.'s case expressions)."""
+    if isinstance(e, Access):
+        return Literal(0) if e in zero else e
+    if isinstance(e, Neg):
+        a = simplify(e.operand, zero)
+        return Literal(0) if _is_zero(a) else Neg(a)
+    if isinstance(e, BinaryExpr):
+        a, b = simplify(e.a, zero), simplify(e.b, zero)
+        if isinstance(e, Mul) and (_is_zero(a) or _is_zero(b)):
+            return Literal(0)
+        if isinstance(e, Div) and _is_zero(a):
+            return Literal(0)
+        if isinstance(e, Add):
+            if _is_zero(a):
+                return b
+            if _is_zero(b):
+                return a
+        if isinstance(e, Sub):
+            if _is_zero(b):
+                return a
+            if _is_zero(a):
+                return Neg(b)
+        return type(e)(a, b)
+    return e
+
+
+def restrict(s: Stmt, zero: frozenset) -> Stmt | None:
+    """``s`` with the accesses in ``zero`` absent; None when nothing is left to do."""
+    if isinstance(s, Assign):
+        rhs = simplify(s.rhs, zero)
+        return None if _is_zero(rhs) else replace(s, rhs=rhs)
+    if isinstance(s, Forall):
+        body = restrict(s.body, zero)
+        return None if body is None else Forall(s.var, body)
+    if isinstance(s, Where):
+        producer = restrict(s.producer, zero)
+        if producer is None:  # the temporaries stay zero
+            defined = {a.lhs for a in walk_stmts(s.producer) if isinstance(a, Assign)}
+            return restrict(s.consumer, zero | defined)
+        consumer = restrict(s.consumer, zero)
+        return None if consumer is None else Where(consumer, producer)
+    if isinstance(s, (Sequence, Multi)):
+        first, second = (s.define, s.mutate) if isinstance(s, Sequence) else (s.left, s.right)
+        a, b = restrict(first, zero), restrict(second, zero)
+        if a is None or b is None:
+            return a or b
+        return type(s)(a, b)
+    raise TypeError(type(s).__name__)
+
+
+def value_expr(s: Stmt, defs: Mapping[str, Expr] | None = None) -> Expr:
+    """The expression whose sparsity a loop around ``s`` must follow.
+
+    Temporaries produced inside ``s`` are replaced by what produces them.
+    """
+    defs = dict(defs or {})
+    if isinstance(s, Assign):
+        return _substitute(s.rhs, defs)
+    if isinstance(s, Forall):
+        return value_expr(s.body, defs)
+    if isinstance(s, Where):
+        for a in walk_stmts(s.producer):
+            if isinstance(a, Assign):
+                prod = value_expr(a, defs)
+                prev = defs.get(a.lhs.tensor)
+                defs[a.lhs.tensor] = prod if prev is None else Add(prev, prod)
+        return value_expr(s.consumer, defs)
+    if isinstance(s, Sequence):
+        return Add(value_expr(s.define, defs), value_expr(s.mutate, defs))
+    if isinstance(s, Multi):
+        return Add(value_expr(s.left, defs), value_expr(s.right, defs))
+    raise TypeError(type(s).__name__)
+
+
+def _substitute(e: Expr, defs: Mapping[str, Expr]) -> Expr:
+    if isinstance(e, Access):
+        return defs.get(e.tensor, e)
+    if isinstance(e, BinaryExpr):
+        return type(e)(_substitute(e.a, defs), _substitute(e.b, defs))
+    if isinstance(e, Neg):
+        return Neg(_substitute(e.operand, defs))
+    return e
+
+
+def _lhs_accesses(s: Stmt) -> frozenset:
+    return frozenset(a.lhs for a in walk_stmts(s) if isinstance(a, Assign))
+
+
+def _stmt_accesses(s: Stmt) -> list[Access]:
+    out: dict[Access, None] = {}
+    for a in walk_stmts(s):
+        if isinstance(a, Assign):
+            out.setdefault(a.lhs, None)
+            for x in accesses(a.rhs):
+                out.setdefault(x, None)
+    return list(out)
+
+
+# ------------------------------------------------------------------ the lowerer
+
+
+class Lowerer:
+    """Builds one kernel function from a concrete program (single use)."""
+
+    def __init__(
+        self, prog: ConcreteProgram, index_types: Mapping[str, np.dtype], mode: str,
+        name: str = "kernel",
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        self.prog = prog
+        self.decls: Mapping[str, TensorDecl] = prog.tensors
+        self.mode = mode
+        self.name = name
+        self.used: set[str] = set()
+        self.cn: dict[str, str] = {}
+        for t in self.decls:
+            self.cn[t] = self._unique(sanitize(t))
+        self.itype = {t: c_index_type(index_types.get(t, np.dtype(np.int64))) for t in self.decls}
+        self.vtype = {t: c_value_type(d.dtype) for t, d in self.decls.items()}
+        self.vn: dict[IndexVar, str] = {}
+        self.extent: dict[IndexVar, IRExpr] = {}
+        self.iter_names: dict[Iter, tuple[str, str]] = {}
+        self.result = prog.result
+        rdecl = self.decls[self.result]
+        self.result_allocated = not rdecl.format.is_dense
+        self.groups = self._result_groups(rdecl)
+
+    # -- naming --------------------------------------------------------------------------
+    def _unique(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.used or name in C_KEYWORDS:
+            name = f"{base}_{n}"
+            n += 1
+        self.used.add(name)
+        return name
+
+    def names(self, tensor: str, k: int) -> LevelNames:
+        return LevelNames(self.cn[tensor], k + 1)
+
+    def vals(self, tensor: str) -> str:
+        return f"{self.cn[tensor]}_vals"
+
+    def var(self, v: IndexVar) -> str:
+        if v not in self.vn:
+            self.vn[v] = self._unique(sanitize(v.name))
+        return self.vn[v]
+
+    # -- result groups -------------------------------------------------------------------
+    def _result_groups(self, decl: TensorDecl) -> list[_Group]:
+        groups: list[_Group] = []
+        for k, level in enumerate(decl.format.levels):
+            if level.has_append and not level.branchless:
+                groups.append(_Group(k, [k]))
+            elif level.has_append:
+                if not groups or groups[-1].members[-1] != k - 1:
+                    raise FormatError(
+                        f"result {decl.name}: level {k + 1} ({level}) must follow an appendable level"
+                    )
+                groups[-1].members.append(k)
+            elif not level.has_insert:
+                raise FormatError(f"result {decl.name}: level {k + 1} ({level}) cannot be assembled")
+        cn = self.cn[decl.name]
+        for g in groups:
+            g.counter = f"p{cn}{g.head + 1}"
+            g.cap = f"{cn}{g.head + 1}_capacity"
+            self.used.update({g.counter, g.cap})
+        return groups
+
+    def _group_of(self, k: int) -> _Group | None:
+        return next((g for g in self.groups if k in g.members), None)
+
+    # -- access helpers ------------------------------------------------------------------
+    def fmt(self, tensor: str):
+        return self.decls[tensor].format
+
+    def level_var(self, a: Access, k: int) -> IndexVar:
+        return a.indices[self.fmt(a.tensor).ordering[k]]
+
+    def resolved_depth(self, scope: Scope, a: Access) -> int:
+        k = 0
+        while (a, k) in scope.pos:
+            k += 1
+        return k
+
+    def resolve(self, scope: Scope, accs: Iterable[Access], lhs: frozenset = frozenset()) -> Scope:
+        """Locate every level whose coordinate is known and that can locate (results: insert)."""
+        new: dict[tuple[Access, int], ParentPos] = {}
+        for a in accs:
+            decl = self.decls[a.tensor]
+            if decl.role == "temp":
+                continue
+            fmt = decl.format
+            k = self.resolved_depth(scope, a)
+            while k < fmt.order:
+                level = fmt.levels[k]
+                v = self.level_var(a, k)
+                can = level.has_insert if a in lhs else level.has_locate
+                if v not in scope.coords or not can:
+                    break
+                parent = new.get((a, k - 1)) or scope.pos.get((a, k - 1)) or ParentPos(Const(0))
+                if parent.hi is not None:
+                    raise FormatError(f"{a.tensor}: a locate level below a non-unique level")
+                new[(a, k)] = ParentPos(level.locate(self.names(a.tensor, k), parent.lo, scope.coords[v]))
+                k += 1
+        return scope.with_pos(new.items()) if new else scope
+
+    # -- statements ----------------------------------------------------------------------
+    def lower(self, s: Stmt, scope: Scope) -> list[IRStmt]:
+        if isinstance(s, Forall):
+            return self.lower_forall(s, scope)
+        if isinstance(s, Where):
+            return self.lower_where(s, scope)
+        if isinstance(s, Sequence):
+            return self.lower(s.define, scope) + self.lower(s.mutate, scope)
+        if isinstance(s, Multi):
+            return self.lower(s.left, scope) + self.lower(s.right, scope)
+        if isinstance(s, Assign):
+            return self.lower_assign(s, scope)
+        raise TypeError(type(s).__name__)
+
+    def lower_where(self, w: Where, scope: Scope) -> list[IRStmt]:
+        out: list[IRStmt] = []
+        defined = dict.fromkeys(a.lhs.tensor for a in walk_stmts(w.producer) if isinstance(a, Assign))
+        for name in defined:
+            if self.decls[name].role == "temp":
+                out.append(Decl(self.vtype[name], self.cn[name], Const(0)))
+        workspaces = [n for n in defined if self.decls[n].role == "workspace"]
+        out += self.lower(w.producer, scope)
+        out += self.lower(w.consumer, scope)
+        for name in workspaces:
+            out += self._workspace_reset(name)
+        return out
+
+    def lower_assign(self, s: Assign, scope: Scope) -> list[IRStmt]:
+        scope = self.resolve(scope, _stmt_accesses(s), frozenset({s.lhs}))
+        lhs = s.lhs
+        decl = self.decls[lhs.tensor]
+        op = "+=" if s.accumulate else "="
+        if decl.role == "temp":
+            return [IRAssign(Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope), op)]
+        if decl.role == "result" and self.mode == "assemble":
+            return []
+        out: list[IRStmt] = []
+        if decl.order == 0:
+            pos: IRExpr = Const(0)
+        else:
+            last = decl.order - 1
+            pos = scope.pos[(lhs, last)].lo
+            level = decl.format.levels[last]
+            if level.has_locate:
+                out += level.insert_coord(self.names(lhs.tensor, last), pos,
+                                          scope.coords[self.level_var(lhs, last)])
+        out.append(IRAssign(Load(self.vals(lhs.tensor), pos), self.expr(s.rhs, scope), op))
+        return out
+
+    def expr(self, e: Expr, scope: Scope) -> IRExpr:
+        if isinstance(e, Access):
+            decl = self.decls[e.tensor]
+            if decl.role == "temp":
+                return Var(self.cn[e.tensor])
+            pos = Const(0) if decl.order == 0 else scope.pos[(e, decl.order - 1)].lo
+            load: IRExpr = Load(self.vals(e.tensor), pos)
+            # compute in the result's type, as NumPy does (e.g. int32 * int32 into int64)
+            if self.vtype[e.tensor] != self.vtype[self.result]:
+                load = Cast(self.vtype[self.result], load)
+            return load
+        if isinstance(e, Literal):
+            return Const(e.value)
+        if isinstance(e, Neg):
+            return Un("-", self.expr(e.operand, scope))
+        if isinstance(e, BinaryExpr):
+            return Bin(e.symbol, self.expr(e.a, scope), self.expr(e.b, scope))
+        raise TypeError(type(e).__name__)
+
+    # -- foralls -------------------------------------------------------------------------
+    def iter_of(self, scope: Scope, v: IndexVar):
+        def get(a: Access) -> Iter | None:
+            decl = self.decls[a.tensor]
+            if decl.role == "temp" or decl.order == 0 or a.tensor == self.result:
+                return None
+            k = self.resolved_depth(scope, a)
+            if k >= decl.order:
+                return None
+            level = decl.format.levels[k]
+            if self.level_var(a, k) != v or level.has_locate:
+                return None
+            return Iter(a, k, v)
+
+        return get
+
+    def lower_forall(self, f: Forall, scope: Scope) -> list[IRStmt]:
+        v = f.var
+        vname = self.var(v)
+        lattice = build_lattice(value_expr(f.body), self.iter_of(scope, v))
+        iters = lattice.iterators
+        extent = self.extent[v]
+        out: list[IRStmt] = []
+
+        # results whose next level is indexed by v
+        heads, bottoms = self._result_levels_at(f.body, scope, v)
+        begins: dict[int, str] = {}
+        for a, g in heads:
+            begins[g.head] = self._unique(f"{g.counter}_begin")
+            out.append(Decl("int64_t", begins[g.head], Var(g.counter)))
+
+        bounds: dict[Iter, tuple[IRExpr, IRExpr]] = {}
+        for it in iters:
+            base = f"p{self.cn[it.access.tensor]}{it.level + 1}"
+            self.iter_names[it] = (self._unique(base), self._unique(f"{base}_end"))
+            names = self.names(it.access.tensor, it.level)
+            parent = scope.pos.get((it.access, it.level - 1), ParentPos(Const(0)))
+            bounds[it] = self.fmt(it.access.tensor).levels[it.level].pos_bounds(names, parent)
+            out += self.fmt(it.access.tensor).levels[it.level].iter_init(names)
+
+        single = len(lattice.points) == 1
+        if lattice.points == (frozenset(),):
+            body = self._case(f.body, scope, v, Var(vname), lattice, frozenset(), {}, bottoms)
+            out.append(For(vname, "int64_t", Const(0), extent, block(body)))
+        elif single and len(iters) == 1 and self._unique_iter(iters[0]):
+            it = iters[0]
+            p, _ = self._iter_names(it)
+            begin, end = bounds[it]
+            body = self._point_body(f.body, scope, v, lattice, lattice.points[0], bottoms, False)
+            out.append(For(p, "int64_t", begin, end, block(body)))
+        else:
+            for it in iters:
+                p, pend = self._iter_names(it)
+                begin, end = bounds[it]
+                out += [Decl("int64_t", p, begin), Decl("int64_t", pend, end)]
+            if lattice.full_range:
+                out.append(Decl("int64_t", vname, Const(0)))
+            for point in lattice.points:
+                out.append(self._point_loop(f.body, scope, v, lattice, point, bottoms))
+
+        for a, g in heads:
+            parent = scope.pos.get((a, g.head - 1), ParentPos(Const(0))).lo
+            if self.mode != "compute":
+                level = self.fmt(a.tensor).levels[g.head]
+                out += level.append_edges(self.names(a.tensor, g.head), parent,
+                                          Var(begins[g.head]), Var(g.counter))
+        return out
+
+    def _unique_iter(self, it: Iter) -> bool:
+        return self.fmt(it.access.tensor).levels[it.level].unique
+
+    def _iter_names(self, it: Iter) -> tuple[str, str]:
+        return self.iter_names[it]
+
+    def _result_levels_at(self, body: Stmt, scope: Scope, v: IndexVar):
+        """Result append groups whose head (resp. bottom) level is indexed by ``v`` here."""
+        heads, bottoms = [], []
+        for a in _lhs_accesses(body):
+            if a.tensor != self.result:
+                continue
+            k = self.resolved_depth(scope, a)
+            for g in self.groups:
+                if g.head < k:
+                    continue
+                if g.head == k and self.level_var(a, g.head) == v:
+                    heads.append((a, g))
+                if self.level_var(a, g.members[-1]) == v:
+                    bottoms.append((a, g))
+        return heads, bottoms
+
+    def _point_loop(self, body: Stmt, scope: Scope, v: IndexVar, lattice: Lattice, point: Point,
+                    bottoms) -> IRStmt:
+        vname = self.var(v)
+        its = sparse_iters(point)
+        full = lattice.full_range
+        loop_for = not full and len(its) == 1 and self._unique_iter(its[0])
+        stmts = self._point_body(body, scope, v, lattice, point, bottoms, not loop_for)
+        if not its:  # only full levels left: finish the range
+            return For(vname, "int64_t", None, self.extent[v], block(stmts))
+        if full:
+            stmts.append(IRAssign(Var(vname), Const(1), "+="))
+        elif loop_for:
+            p, pend = self._iter_names(its[0])
+            return For(p, "int64_t", None, Var(pend), block(stmts))
+        cond = [lt(Var(self._iter_names(it)[0]), Var(self._iter_names(it)[1])) for it in its]
+        if full:
+            cond.append(lt(Var(vname), self.extent[v]))
+        return While(conj(cond), block(stmts))
+
+    def _point_body(self, body: Stmt, scope: Scope, v: IndexVar, lattice: Lattice, point: Point,
+                    bottoms, advance: bool = True) -> list[IRStmt]:
+        """Dereference iterators, resolve the coordinate, run the cases, advance."""
+        vname = self.var(v)
+        its = sparse_iters(point)
+        full = lattice.full_range
+        merged = full or len(its) > 1
+        out: list[IRStmt] = []
+        coord: dict[Iter, IRExpr] = {}
+        nxt: dict[Iter, IRExpr] = {}
+        seg: dict[Iter, IRExpr | None] = {}
+        for it in its:
+            p, pend = self._iter_names(it)
+            level = self.fmt(it.access.tensor).levels[it.level]
+            names = self.names(it.access.tensor, it.level)
+            cname = self._unique(f"{vname}{self.cn[it.access.tensor]}") if merged else vname
+            out.append(Decl("int64_t", cname, level.pos_access(names, Var(p))))
+            coord[it] = Var(cname)
+            if level.unique:
+                nxt[it], seg[it] = add(Var(p), Const(1)), None
+            else:  # deduplicate: children of the whole run of equal coordinates
+                send = self._unique(f"{p}_segend")
+                out.append(Decl("int64_t", send, add(Var(p), Const(1))))
+                out.append(While(
+                    conj([lt(Var(send), Var(pend)), eq(level.pos_access(names, Var(send)), Var(cname))]),
+                    block(IRAssign(Var(send), Const(1), "+="))))
+                nxt[it], seg[it] = Var(send), Var(send)
+        if merged and not full:
+            out.append(Decl("int64_t", vname, Min(tuple(coord[it] for it in its))))
+        vexpr = Var(vname)
+
+        chain: IRStmt | None = None
+        for q in reversed(lattice.sub_points(point)):
+            case = block(self._case(body, scope, v, vexpr, lattice, q, {it: (coord[it], seg[it]) for it in q}, bottoms))
+            conds = [eq(coord[it], vexpr) for it in sparse_iters(q)] if merged else []
+            if not case.stmts and chain is None:
+                continue
+            if not conds:
+                chain = case
+            elif chain is None or (isinstance(chain, Block) and not chain.stmts):
+                chain = If(conj(conds), case)
+            else:
+                chain = If(conj(conds), case, chain)
+        if chain is not None:
+            out += list(chain.stmts) if isinstance(chain, Block) else [chain]
+
+        for it in its if advance else ():
+            p, _ = self._iter_names(it)
+            if not merged:
+                out.append(IRAssign(Var(p), nxt[it]))
+            elif seg[it] is None:
+                out.append(IRAssign(Var(p), Cast("int64_t", eq(coord[it], vexpr)), "+="))
+            else:
+                out.append(If(eq(coord[it], vexpr), block(IRAssign(Var(p), nxt[it]))))
+        return out
+
+    def _case(self, body: Stmt, scope: Scope, v: IndexVar, vexpr: IRExpr, lattice: Lattice,
+              q: Point, present: Mapping[Iter, tuple[IRExpr, IRExpr | None]], bottoms) -> list[IRStmt]:
+        absent = frozenset(it.access for it in lattice.iterators if it not in q)
+        restricted = restrict(body, absent)
+        if restricted is None:
+            return []
+        scope = scope.with_coord(v, vexpr)
+        items = []
+        for it, (c, s) in present.items():
+            p, _ = self._iter_names(it)
+            level = self.fmt(it.access.tensor).levels[it.level]
+            lo = level.child_position(self.names(it.access.tensor, it.level), Var(p), c)
+            items.append(((it.access, it.level), ParentPos(lo, s)))
+        out: list[IRStmt] = []
+        starts: dict[str, str] = {}
+        for a, g in bottoms:
+            for m in g.members:
+                items.append(((a, m), ParentPos(Var(g.counter))))
+            if self.mode != "compute":
+                out += self._ensure_capacity(g)
+            below = g.members[-1] + 1
+            child = self._group_of_next_append(below)
+            if child is not None and below < self.decls[a.tensor].order and child.head == below:
+                starts[g.counter] = self._unique(f"{child.counter}_start")
+                out.append(Decl("int64_t", starts[g.counter], Var(child.counter)))
+        # dense result levels between groups are located in resolve
+        scope = scope.with_pos(items)
+        scope = self.resolve(scope, _stmt_accesses(restricted), _lhs_accesses(restricted))
+        out += self.lower(restricted, scope)
+        for a, g in bottoms:
+            append = self._append(a, g, scope)
+            if g.counter in starts:
+                child = self._group_of_next_append(g.members[-1] + 1)
+                out.append(If(Bin(">", Var(child.counter), Var(starts[g.counter])), block(append)))
+            else:
+                out += append
+        return out
+
+    def _group_of_next_append(self, k: int) -> _Group | None:
+        return next((g for g in self.groups if g.head == k), None)
+
+    def _append(self, a: Access, g: _Group, scope: Scope) -> list[IRStmt]:
+        out: list[IRStmt] = []
+        if self.mode != "compute":
+            for m in g.members:
+                level = self.fmt(a.tensor).levels[m]
+                out += level.append_coord(self.names(a.tensor, m), Var(g.counter),
+                                          scope.coords[self.level_var(a, m)])
+        out.append(IRAssign(Var(g.counter), Const(1), "+="))
+        return out
+
+    # -- memory --------------------------------------------------------------------------
+    def _dense_mult(self, start: int, stop: int) -> IRExpr:
+        """Product of the result's dense level dimensions in ``[start, stop)``."""
+        m: IRExpr = Const(1)
+        for k in range(start, stop):
+            m = mul(m, self.names(self.result, k).dimension)
+        return m
+
+    def _dependents(self, g: _Group) -> tuple[IRExpr, list[tuple[str, str, IRExpr, IRExpr]]]:
+        """Arrays sized by group ``g``'s capacity: (name, ctype, old length, new length)."""
+        cap_old = Var(g.cap)
+        new_cap = Var(f"{g.cap}_new")
+        arrays = []
+        itype = self.itype[self.result]
+        for m in g.members:
+            level = self.fmt(self.result).levels[m]
+            for arr in level.position_arrays:
+                arrays.append((self.names(self.result, m).array(arr), itype, cap_old, new_cap))
+        nxt = next((h for h in self.groups if h.head > g.head), None)
+        stop = nxt.head if nxt else self.decls[self.result].order
+        mult = self._dense_mult(g.members[-1] + 1, stop)
+        if nxt is not None:
+            level = self.fmt(self.result).levels[nxt.head]
+            for arr in level.parent_arrays:
+                arrays.append((self.names(self.result, nxt.head).array(arr), itype,
+                               add(mul(cap_old, mult), Const(1)), add(mul(new_cap, mult), Const(1))))
+        elif self.mode != "assemble" and self.mode != "compute":
+            arrays.append((self.vals(self.result), self.vtype[self.result], mul(cap_old, mult),
+                           mul(new_cap, mult)))
+        return new_cap, arrays
+
+    def _ensure_capacity(self, g: _Group) -> list[IRStmt]:
+        new_cap, arrays = self._dependents(g)
+        grow: list[IRStmt] = [
+            Decl("int64_t", new_cap.name, mul(Var(g.cap), Const(2))),
+            If(Bin(">", new_cap, Var("COITER_INDEX_MAX")), block(Return(Const(2)))),
+        ]
+        for name, ctype, old, new in arrays:
+            grow.append(IRAssign(Var(name), Cast(f"{ctype}*", Call(
+                "coiter_grow", (Var(name), old, new, Call("sizeof", (Var(ctype),)))))))
+            grow.append(If(Un("!", Var(name)), block(Return(Const(1)))))
+        grow.append(IRAssign(Var(g.cap), new_cap))
+        return [If(Bin(">=", Var(g.counter), Var(g.cap)), block(grow))]
+
+    def _workspace_reset(self, name: str) -> list[IRStmt]:
+        names = LevelNames(self.cn[name], 1)
+        q = self._unique(f"q{self.cn[name]}")
+        crd = Load(names.array("list"), Var(q))
+        return [
+            For(q, "int64_t", Const(0), Var(names.array("count")), block(
+                IRAssign(Load(self.vals(name), crd), Const(0)),
+                IRAssign(Load(names.array("set"), crd), Const(0)),
+            )),
+            IRAssign(Var(names.array("count")), Const(0)),
+        ]
+
+    # -- function ------------------------------------------------------------------------
+    def build(self) -> KernelIR:
+        params: list[ParamSpec] = []
+        cparams: list[Param] = []
+        prologue: list[IRStmt] = []
+        ordered = sorted(self.decls.items(), key=lambda kv: kv[1].role == "result")
+        for name, decl in ordered:
+            if decl.role not in ("input", "result"):
+                continue
+            is_result = decl.role == "result"
+            cn = self.cn[name]
+            for k, level in enumerate(decl.format.levels):
+                dim = self.names(name, k).dimension.name
+                self.used.add(dim)
+                params.append(ParamSpec("dim", name, k))
+                cparams.append(Param("int64_t", dim))
+            for k, level in enumerate(decl.format.levels):
+                if is_result and (self.result_allocated and self.mode != "compute"):
+                    continue
+                for arr in level.arrays:
+                    params.append(ParamSpec("array", name, k, arr))
+                    cparams.append(Param(self.itype[name], self.names(name, k).array(arr), 1,
+                                         const=True))
+            if is_result and self.result_allocated and self.mode != "compute":
+                params += [ParamSpec("out", name), ParamSpec("out_len", name),
+                           ParamSpec("cap_hint", name)]
+                cparams += [Param("void", f"{cn}_out", 2), Param("int64_t", f"{cn}_out_len", 1),
+                            Param("int64_t", f"{cn}_cap_hint")]
+            else:
+                params.append(ParamSpec("vals", name))
+                cparams.append(Param(self.vtype[name], self.vals(name), 1, const=not is_result))
+            self.used.add(self.vals(name))
+        # index variable extents: the dimension of the first level any access gives it
+        for s in walk_stmts(self.prog.stmt):
+            if isinstance(s, Assign):
+                for a in [s.lhs] + _stmt_accesses(s):
+                    decl = self.decls[a.tensor]
+                    if decl.role in ("input", "result"):
+                        for k in range(decl.order):
+                            self.extent.setdefault(self.level_var(a, k), self.names(a.tensor, k).dimension)
+        for name, decl in self.decls.items():
+            if decl.role == "workspace":
+                prologue += self._workspace_alloc(name, decl)
+        if self.result_allocated and self.mode != "compute":
+            prologue += self._result_alloc()
+        for g in self.groups:
+            prologue.append(Decl("int64_t", g.counter, Const(0)))
+        body = self.lower(self.prog.stmt, Scope())
+        epilogue: list[IRStmt] = []
+        out_arrays: list[tuple[int, str]] = []
+        if self.result_allocated and self.mode != "compute":
+            epilogue, out_arrays = self._result_finish()
+        for name, decl in self.decls.items():
+            if decl.role == "workspace":
+                names = LevelNames(self.cn[name], 1)
+                for arr in (self.vals(name), names.array("set"), names.array("list")):
+                    epilogue.append(ExprStmt(Call("free", (Var(arr),))))
+        fn = Function(self.name, tuple(cparams),
+                      block(prologue, body, epilogue, Return(Const(0))))
+        return KernelIR(fn, tuple(params), self.mode, self.result, self.result_allocated,
+                        tuple(out_arrays))
+
+    def _workspace_alloc(self, name: str, decl: TensorDecl) -> list[IRStmt]:
+        names = LevelNames(self.cn[name], 1)
+        n = self.extent[decl.modes[0]]
+        out: list[IRStmt] = []
+        for arr, ctype, fn in ((self.vals(name), self.vtype[name], "calloc"),
+                               (names.array("set"), "uint8_t", "calloc"),
+                               (names.array("list"), "int64_t", "calloc")):
+            self.used.add(arr)
+            out.append(Decl(f"{ctype}*", arr, Cast(f"{ctype}*", Call(
+                fn, (add(n, Const(1)), Call("sizeof", (Var(ctype),)))))))
+            out.append(If(Un("!", Var(arr)), block(Return(Const(1)))))
+        out.append(Decl("int64_t", names.array("count"), Const(0)))
+        return out
+
+    def _result_alloc(self) -> list[IRStmt]:
+        """Allocate every result array; appendable groups start at the capacity hint."""
+        out: list[IRStmt] = [Comment("allocate the result")]
+        fmt = self.fmt(self.result)
+        itype = self.itype[self.result]
+        size: IRExpr = Const(1)
+        k = 0
+        while k < fmt.order:
+            g = self._group_of(k)
+            if g is None:
+                size = mul(size, self.names(self.result, k).dimension)
+                k += 1
+                continue
+            out.append(Decl("int64_t", g.cap, Call("COITER_MAX", (Var(f"{self.cn[self.result]}_cap_hint"), Const(16)))))
+            for m in g.members:
+                level = fmt.levels[m]
+                for arr, n in [(a, add(size, Const(1))) for a in level.parent_arrays] + \
+                              [(a, Var(g.cap)) for a in level.position_arrays]:
+                    name = self.names(self.result, m).array(arr)
+                    self.used.add(name)
+                    out.append(Decl(f"{itype}*", name, Cast(f"{itype}*", Call(
+                        "calloc", (n, Call("sizeof", (Var(itype),)))))))
+                    out.append(If(Un("!", Var(name)), block(Return(Const(1)))))
+            size = Var(g.cap)
+            k = g.members[-1] + 1
+        if self.mode != "assemble":
+            vt = self.vtype[self.result]
+            out.append(Decl(f"{vt}*", self.vals(self.result), Cast(f"{vt}*", Call(
+                "calloc", (Call("COITER_MAX", (size, Const(1))), Call("sizeof", (Var(vt),)))))))
+            out.append(If(Un("!", Var(self.vals(self.result))), block(Return(Const(1)))))
+        return out
+
+    def _result_finish(self) -> tuple[list[IRStmt], list[tuple[int, str]]]:
+        """Finalize appended levels and hand every array back through ``out``/``out_len``."""
+        fmt = self.fmt(self.result)
+        cn = self.cn[self.result]
+        out: list[IRStmt] = [Comment("finalize and return the result")]
+        slots: list[tuple[int, str]] = []
+        lengths: list[IRExpr] = []
+        size: IRExpr = Const(1)
+        for k, level in enumerate(fmt.levels):
+            names = self.names(self.result, k)
+            g = self._group_of(k)
+            parent_size = size
+            if g is None:
+                size = mul(size, names.dimension)
+            else:
+                size = Var(g.counter)
+            if g is not None and k == g.head:
+                out += level.append_finalize(names, parent_size)
+            for arr in level.arrays:
+                slots.append((k, arr))
+                lengths.append(add(parent_size, Const(1)) if arr in level.parent_arrays else size)
+        if self.mode != "assemble":
+            slots.append((-1, "vals"))
+            lengths.append(size)
+        for n, ((k, arr), length) in enumerate(zip(slots, lengths)):
+            name = self.vals(self.result) if k < 0 else self.names(self.result, k).array(arr)
+            out.append(IRAssign(Load(f"{cn}_out", Const(n)), Cast("void*", Var(name))))
+            out.append(IRAssign(Load(f"{cn}_out_len", Const(n)), length))
+        return out, slots
+
+
+def lower(prog: ConcreteProgram, index_types: Mapping[str, np.dtype], mode: str = "fused",
+          name: str = "kernel") -> KernelIR:
+    """Lower a concrete program to one IR function for the given index types and mode."""
+    return Lowerer(prog, index_types, mode, name).build()

@@ -1,0 +1,1 @@
+"""Index notation: expression AST, parser, Python DSL."""

@@ -1,0 +1,192 @@
+"""Tensor index notation: the immutable expression tree every front end produces.
+
+The string parser, the Python operator DSL and einsum all build these nodes; the
+compiler's first stage (:mod:`coiter.concrete.concretize`) consumes them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Union
+
+Number = Union[bool, int, float, complex]
+
+
+@dataclass(frozen=True)
+class IndexVar:
+    """A named index variable such as ``i``."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Expr:
+    """Base of index-notation expressions; Python operators build larger trees."""
+
+    def __add__(self, other: Any) -> Expr:
+        return Add(self, as_expr(other))
+
+    def __radd__(self, other: Any) -> Expr:
+        return Add(as_expr(other), self)
+
+    def __sub__(self, other: Any) -> Expr:
+        return Sub(self, as_expr(other))
+
+    def __rsub__(self, other: Any) -> Expr:
+        return Sub(as_expr(other), self)
+
+    def __mul__(self, other: Any) -> Expr:
+        return Mul(self, as_expr(other))
+
+    def __rmul__(self, other: Any) -> Expr:
+        return Mul(as_expr(other), self)
+
+    def __truediv__(self, other: Any) -> Expr:
+        return Div(self, as_expr(other))
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        return Div(as_expr(other), self)
+
+    def __neg__(self) -> Expr:
+        return Neg(self)
+
+    def __pos__(self) -> Expr:
+        return self
+
+
+@dataclass(frozen=True, eq=True)
+class Access(Expr):
+    """``tensor(indices...)``; ``source`` optionally points at the DSL's Tensor object."""
+
+    tensor: str
+    indices: tuple[IndexVar, ...]
+    source: Any = field(default=None, compare=False, hash=False, repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.tensor}({','.join(v.name for v in self.indices)})"
+
+
+@dataclass(frozen=True)
+class Literal(Expr):
+    value: Number
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True)
+class Neg(Expr):
+    operand: Expr
+
+    def __str__(self) -> str:
+        return f"-{_paren(self.operand)}"
+
+
+@dataclass(frozen=True)
+class BinaryExpr(Expr):
+    a: Expr
+    b: Expr
+    symbol = "?"
+
+    def __str__(self) -> str:
+        return f"{_paren(self.a)} {self.symbol} {_paren(self.b)}"
+
+
+@dataclass(frozen=True)
+class Add(BinaryExpr):
+    symbol = "+"
+
+
+@dataclass(frozen=True)
+class Sub(BinaryExpr):
+    symbol = "-"
+
+
+@dataclass(frozen=True)
+class Mul(BinaryExpr):
+    symbol = "*"
+
+
+@dataclass(frozen=True)
+class Div(BinaryExpr):
+    symbol = "/"
+
+
+@dataclass(frozen=True)
+class Reduction(Expr):
+    """An explicit sum over ``var``; inserted by :func:`coiter.notation.reductions.insert_reductions`."""
+
+    var: IndexVar
+    body: Expr
+
+    def __str__(self) -> str:
+        return f"sum({self.var.name}, {self.body})"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """``lhs = rhs`` (or ``lhs += rhs`` when ``accumulate``)."""
+
+    lhs: Access
+    rhs: Expr
+    accumulate: bool = False
+
+    def __str__(self) -> str:
+        op = "+=" if self.accumulate else "="
+        return f"{self.lhs} {op} {self.rhs}"
+
+
+def _paren(e: Expr) -> str:
+    return f"({e})" if isinstance(e, (BinaryExpr,)) else str(e)
+
+
+def as_expr(value: Any) -> Expr:
+    """Wrap Python numbers as literals; pass expressions through."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, (bool, int, float, complex)):
+        return Literal(value)
+    try:  # numpy scalars
+        import numpy as np
+
+        if isinstance(value, np.generic) and value.ndim == 0:
+            return Literal(value.item())
+    except ImportError:  # pragma: no cover - numpy is a hard dependency
+        pass
+    raise TypeError(f"cannot use {type(value).__name__} in a tensor expression")
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of ``e``."""
+    if isinstance(e, BinaryExpr):
+        return (e.a, e.b)
+    if isinstance(e, Neg):
+        return (e.operand,)
+    if isinstance(e, Reduction):
+        return (e.body,)
+    return ()
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Pre-order traversal of ``e``."""
+    yield e
+    for c in children(e):
+        yield from walk(c)
+
+
+def accesses(e: Expr) -> list[Access]:
+    """Every tensor access in ``e``, left to right (repeats kept)."""
+    return [n for n in walk(e) if isinstance(n, Access)]
+
+
+def index_vars_of(e: Expr) -> list[IndexVar]:
+    """Index variables used in ``e`` in order of first appearance."""
+    seen: dict[IndexVar, None] = {}
+    for a in accesses(e):
+        for v in a.indices:
+            seen.setdefault(v, None)
+    for n in walk(e):
+        if isinstance(n, Reduction):
+            seen.setdefault(n.var, None)
+    return list(seen)
