@@ -171,17 +171,29 @@ def value_expr(s: Stmt, defs: Mapping[str, Expr] | None = None) -> Expr:
     if isinstance(s, Forall):
         return value_expr(s.body, defs)
     if isinstance(s, Where):
-        for a in walk_stmts(s.producer):
-            if isinstance(a, Assign):
-                prod = value_expr(a, defs)
-                prev = defs.get(a.lhs.tensor)
-                defs[a.lhs.tensor] = prod if prev is None else Add(prev, prod)
+        defs[_produced(s.producer).tensor] = value_expr(s.producer, defs)
         return value_expr(s.consumer, defs)
     if isinstance(s, Sequence):
         return Add(value_expr(s.define, defs), value_expr(s.mutate, defs))
     if isinstance(s, Multi):
         return Add(value_expr(s.left, defs), value_expr(s.right, defs))
     raise TypeError(type(s).__name__)
+
+
+def _produced(s: Stmt) -> Access:
+    """The tensor a statement ultimately writes (the consumer side of nested wheres)."""
+    while not isinstance(s, Assign):
+        if isinstance(s, Forall):
+            s = s.body
+        elif isinstance(s, Where):
+            s = s.consumer
+        elif isinstance(s, Sequence):
+            s = s.mutate
+        elif isinstance(s, Multi):
+            s = s.right
+        else:
+            raise TypeError(type(s).__name__)
+    return s.lhs
 
 
 def _substitute(e: Expr, defs: Mapping[str, Expr]) -> Expr:
@@ -360,7 +372,7 @@ class Lowerer:
             last = decl.order - 1
             pos = scope.pos[(lhs, last)].lo
             level = decl.format.levels[last]
-            if level.has_locate:
+            if level.has_insert:
                 out += level.insert_coord(self.names(lhs.tensor, last), pos,
                                           scope.coords[self.level_var(lhs, last)])
         out.append(IRAssign(Load(self.vals(lhs.tensor), pos), self.expr(s.rhs, scope), op))

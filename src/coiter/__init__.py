@@ -1,0 +1,31 @@
+"""coiter: a sparse tensor algebra compiler for Python.
+
+Write a tensor expression in index notation, pick a storage format per tensor,
+and coiter generates specialised C, compiles it at run time, caches it and runs
+it on NumPy/SciPy data.
+"""
+from .api import compile, default_result_format, einsum, evaluate
+from .errors import (
+    CoiterError, CompileError, DTypeError, FormatError, KernelError, ParseError, ScheduleError,
+    ShapeError,
+)
+from .formats import (
+    Compressed, Dense, Format, Level, Singleton, coo, csc, csf, csr, dcsc, dcsr, dense,
+    parse_format, register_level,
+)
+from .formats.io import read, write
+from .notation.ast import Assignment, IndexVar
+from .notation.dsl import index_vars
+from .notation.parser import parse
+from .runtime.kernel import Kernel
+from .tensor import Tensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "compile", "evaluate", "einsum", "default_result_format", "parse", "Kernel", "Tensor",
+    "index_vars", "IndexVar", "Assignment", "read", "write", "Format", "Level", "Dense",
+    "Compressed", "Singleton", "register_level", "parse_format", "coo", "csc", "csf", "csr",
+    "dcsc", "dcsr", "dense", "CoiterError", "CompileError", "DTypeError", "FormatError",
+    "KernelError", "ParseError", "ScheduleError", "ShapeError",
+]

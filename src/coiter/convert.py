@@ -1,0 +1,68 @@
+"""Conversion between any two formats, by generated kernels.
+
+* Same mode ordering: a generated copy kernel ``dst(i..) = src(i..)`` iterates
+  the source and assembles the destination (append/insert), so every pair of
+  level formats converts without format-specific code.
+* Different mode ordering (transposition): the source is first copied into COO
+  in its own ordering by a generated kernel, the coordinates are reordered
+  lexicographically in the target ordering, and a second generated kernel packs
+  that sorted COO into the target.
+* Dense sources are packed from their nonzeros, so explicit zeros are not stored.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .formats.format import Format, coo
+from .formats.storage import Storage
+from .notation.ast import Access, Assignment, IndexVar
+
+_copy_kernels: dict[tuple[str, str], object] = {}
+
+
+def _copy(storage: Storage, fmt: Format) -> Storage:
+    from .runtime.kernel import Kernel
+    from .tensor import Tensor
+
+    key = (storage.format.to_string(), fmt.to_string())
+    kernel = _copy_kernels.get(key)
+    if kernel is None:
+        idx = tuple(IndexVar(f"i{m}") for m in range(fmt.order))
+        asg = Assignment(Access("dst", idx), Access("src", idx))
+        kernel = Kernel(asg, {"src": storage.format, "dst": fmt}, storage.vals.dtype)
+        _copy_kernels[key] = kernel
+    return kernel(src=Tensor._wrap(storage, name="src")).storage  # type: ignore[attr-defined]
+
+
+def _sorted_coo(storage: Storage, ordering: tuple[int, ...]) -> Storage:
+    """Reorder a COO storage's entries lexicographically by ``ordering``."""
+    order = len(ordering)
+    src_order = storage.format.ordering
+    crds = [storage.levels[k]["crd"] for k in range(order)]
+    by_mode = {src_order[k]: crds[k] for k in range(order)}
+    nnz = int(storage.levels[0]["pos"][1])
+    keys = [by_mode[m][:nnz] for m in reversed(ordering)]
+    perm = np.lexsort(keys) if nnz else np.zeros(0, dtype=np.int64)
+    fmt = coo(order, ordering)
+    levels = []
+    for k, m in enumerate(ordering):
+        arrays = {"crd": np.ascontiguousarray(by_mode[m][:nnz][perm])}
+        if k == 0:
+            arrays["pos"] = np.array([0, nnz], dtype=storage.index_dtype)
+        levels.append(arrays)
+    return Storage(fmt, storage.shape, tuple(levels), np.ascontiguousarray(storage.vals[:nnz][perm]))
+
+
+def convert(storage: Storage, fmt: Format) -> Storage:
+    """``storage`` re-stored in ``fmt`` (same shape, values and index width)."""
+    if storage.format == fmt:
+        return storage
+    if storage.format.is_dense or fmt.order == 0:
+        coords, vals = storage.to_coords()
+        keep = vals != 0
+        return Storage.from_coords(coords[:, keep], vals[keep], storage.shape, fmt,
+                                   storage.index_dtype if storage.format.levels else None)
+    if storage.format.ordering == fmt.ordering:
+        return _copy(storage, fmt)
+    as_coo = _copy(storage, coo(fmt.order, storage.format.ordering))
+    return _copy(_sorted_coo(as_coo, fmt.ordering), fmt)

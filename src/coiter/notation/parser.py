@@ -1,0 +1,265 @@
+"""Parse TACO-style index-notation text such as ``y(i) = A(i,j) * x(j)``.
+
+Grammar (whitespace is allowed between any two tokens)::
+
+    assignment := access ('=' | '+=') expr
+    access     := NAME [ '(' [ NAME (',' NAME)* ] ')' ]
+    expr       := term (('+' | '-') term)*          left associative
+    term       := unary (('*' | '/') unary)*        left associative
+    unary      := ('-' | '+') unary | primary
+    primary    := access | NUMBER | '(' expr ')'
+
+A bare ``NAME`` is an order-0 (scalar) tensor access. Numbers are ints (``3``),
+floats (``2.5``, ``.5``, ``1e-3``) or imaginary (``2j``). Every syntax or
+consistency error raises :class:`~coiter.errors.ParseError` with the 1-based
+column of the offending character.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from coiter.errors import ParseError
+from coiter.notation.ast import (
+    Access,
+    Add,
+    Assignment,
+    BinaryExpr,
+    Div,
+    Expr,
+    IndexVar,
+    Literal,
+    Mul,
+    Neg,
+    Number,
+    Sub,
+    accesses,
+    index_vars_of,
+)
+
+__all__ = ["parse"]
+
+_TOKEN_RE = re.compile(
+    r"""
+    (?P<space>\s+)
+    | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[jJ]?)
+    | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<op>\+=|[-+*/=(),])
+    """,
+    re.VERBOSE,
+)
+
+_BINARY_NODES: dict[str, type[BinaryExpr]] = {"+": Add, "-": Sub, "*": Mul, "/": Div}
+
+
+@dataclass(frozen=True)
+class _Token:
+    """One lexeme: ``kind`` is name, number, op, bad (an invalid character) or end."""
+
+    kind: str
+    text: str
+    column: int
+
+    def describe(self) -> str:
+        """How an error message names this token after "found"."""
+        if self.kind == "end":
+            return "end of input"
+        if self.kind == "bad":
+            return f"invalid character {self.text!r}"
+        return repr(self.text)
+
+    def is_op(self, *symbols: str) -> bool:
+        """Whether this is one of the operator/punctuation ``symbols``."""
+        return self.kind == "op" and self.text in symbols
+
+
+def _tokenize(text: str) -> list[_Token]:
+    """Split ``text`` into tokens, ending with an ``end`` token.
+
+    Invalid characters become ``bad`` tokens rather than errors so that the
+    parser reports the leftmost problem in the text, whatever its kind.
+    """
+    tokens: list[_Token] = []
+    pos = 0
+    while pos < len(text):
+        match = _TOKEN_RE.match(text, pos)
+        if match is None:
+            tokens.append(_Token("bad", text[pos], pos + 1))
+            pos += 1
+            continue
+        kind = match.lastgroup
+        assert kind is not None
+        if kind != "space":
+            tokens.append(_Token(kind, match.group(), pos + 1))
+        pos = match.end()
+    # Point just past the last visible character, so trailing blanks don't push the caret away.
+    tokens.append(_Token("end", "", len(text.rstrip()) + 1))
+    return tokens
+
+
+def _number_value(text: str) -> Number:
+    """The Python value of a NUMBER token: int, float, or complex for a ``j`` suffix."""
+    if text[-1] in "jJ":
+        return complex(text)
+    if any(c in text for c in ".eE"):
+        return float(text)
+    return int(text)
+
+
+def _plural_indices(n: int) -> str:
+    """``"1 index"`` or ``"n indices"``."""
+    return f"{n} index" if n == 1 else f"{n} indices"
+
+
+class _Parser:
+    """Recursive-descent parser over the token list of one assignment."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.pos = 0
+        # Order of every tensor seen so far, to reject one name used with different orders.
+        self.orders: dict[str, int] = {}
+
+    # -- token helpers -------------------------------------------------------
+
+    @property
+    def peek(self) -> _Token:
+        """The current, not yet consumed, token."""
+        return self.tokens[self.pos]
+
+    def advance(self) -> _Token:
+        """Consume and return the current token (the end token is never consumed)."""
+        token = self.tokens[self.pos]
+        if token.kind != "end":
+            self.pos += 1
+        return token
+
+    def error(self, message: str, column: int) -> ParseError:
+        """A ParseError about this parser's text at ``column``."""
+        return ParseError(message, self.text, column)
+
+    def expected(self, what: str) -> ParseError:
+        """An error saying ``what`` was expected where the current token stands."""
+        token = self.peek
+        return self.error(f"expected {what}, found {token.describe()}", token.column)
+
+    # -- grammar -------------------------------------------------------------
+
+    def assignment(self) -> Assignment:
+        if self.peek.kind != "name":
+            raise self.expected("the result tensor name")
+        lhs, lhs_index_tokens = self.access(self.advance())
+        if not self.peek.is_op("=", "+="):
+            raise self.expected(f"'=' or '+=' after the result access {lhs}")
+        accumulate = self.advance().text == "+="
+        rhs = self.expr()
+        if self.peek.is_op(")"):
+            raise self.error("unmatched ')'", self.peek.column)
+        if self.peek.kind != "end":
+            raise self.expected("an operator or end of input")
+        self.check_result_indices(lhs_index_tokens, rhs)
+        return Assignment(lhs, rhs, accumulate)
+
+    def expr(self) -> Expr:
+        node = self.term()
+        while self.peek.is_op("+", "-"):
+            node = _BINARY_NODES[self.advance().text](node, self.term())
+        return node
+
+    def term(self) -> Expr:
+        node = self.unary()
+        while self.peek.is_op("*", "/"):
+            node = _BINARY_NODES[self.advance().text](node, self.unary())
+        return node
+
+    def unary(self) -> Expr:
+        if self.peek.is_op("-"):
+            self.advance()
+            return Neg(self.unary())
+        if self.peek.is_op("+"):
+            # Unary plus is the identity, exactly as Expr.__pos__ treats it.
+            self.advance()
+            return self.unary()
+        return self.primary()
+
+    def primary(self) -> Expr:
+        token = self.peek
+        if token.kind == "name":
+            return self.access(self.advance())[0]
+        if token.kind == "number":
+            return Literal(_number_value(self.advance().text))
+        if token.is_op("("):
+            self.advance()
+            inner = self.expr()
+            if not self.peek.is_op(")"):
+                raise self.expected(f"')' to close the '(' at column {token.column}")
+            self.advance()
+            return inner
+        raise self.expected("a tensor access, a number or '('")
+
+    def access(self, name: _Token) -> tuple[Access, list[_Token]]:
+        """Parse the optional index list after ``name``; also return the index tokens."""
+        index_tokens = self.index_list(name.text) if self.peek.is_op("(") else []
+        self.check_order(name, len(index_tokens))
+        indices = tuple(IndexVar(t.text) for t in index_tokens)
+        return Access(name.text, indices), index_tokens
+
+    def index_list(self, tensor: str) -> list[_Token]:
+        """Parse ``'(' [NAME (',' NAME)*] ')'``, rejecting a repeated index variable."""
+        self.advance()  # the '('
+        tokens: list[_Token] = []
+        if self.peek.is_op(")"):
+            self.advance()
+            return tokens
+        while True:
+            if self.peek.kind != "name":
+                raise self.expected(f"an index variable name in the access of {tensor}")
+            token = self.advance()
+            if any(t.text == token.text for t in tokens):
+                raise self.error(f"repeated index variable {token.text} in access {tensor}", token.column)
+            tokens.append(token)
+            if self.peek.is_op(")"):
+                self.advance()
+                return tokens
+            if not self.peek.is_op(","):
+                raise self.expected(f"',' or ')' in the index list of {tensor}")
+            self.advance()
+
+    # -- consistency checks --------------------------------------------------
+
+    def check_order(self, name: _Token, order: int) -> None:
+        """Reject a tensor accessed with a different number of indices than before."""
+        previous = self.orders.setdefault(name.text, order)
+        if previous != order:
+            raise self.error(
+                f"tensor {name.text} is accessed with {_plural_indices(order)} here "
+                f"but with {_plural_indices(previous)} earlier",
+                name.column,
+            )
+
+    def check_result_indices(self, lhs_index_tokens: list[_Token], rhs: Expr) -> None:
+        """Every result index must be used on the right, unless the right is tensor-free.
+
+        A tensor-free right-hand side (``A(i,j) = 0``) is a fill: its value is
+        broadcast over the result, so the result's indices need no source.
+        """
+        if not accesses(rhs):
+            return
+        used = set(index_vars_of(rhs))
+        for token in lhs_index_tokens:
+            if IndexVar(token.text) not in used:
+                raise self.error(
+                    f"index variable {token.text} of the result does not appear on the right-hand side",
+                    token.column,
+                )
+
+
+def parse(text: str) -> Assignment:
+    """Parse one index-notation assignment such as ``y(i) = A(i,j) * x(j)``.
+
+    Index variables summed over (``j`` above) are left implicit; see
+    :func:`coiter.notation.reductions.insert_reductions`. ``+=`` sets
+    ``Assignment.accumulate``. Raises :class:`ParseError` on malformed text.
+    """
+    return _Parser(text).assignment()

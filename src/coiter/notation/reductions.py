@@ -1,0 +1,91 @@
+"""Make implicit summation explicit: insert ``Reduction`` nodes into an assignment.
+
+An index variable used on the right-hand side but not in the result is summed
+(einsum/TACO semantics). The sum is placed at the innermost sub-expression that
+contains every use of the variable, so ``y(i) = A(i,j)*x(j) + z(i)`` becomes
+``y(i) = sum(j, A(i,j)*x(j)) + z(i)`` rather than summing ``z(i)`` too.
+"""
+from __future__ import annotations
+
+from coiter.notation.ast import (
+    Access,
+    Assignment,
+    BinaryExpr,
+    Expr,
+    IndexVar,
+    Neg,
+    Reduction,
+    children,
+    index_vars_of,
+)
+
+__all__ = ["insert_reductions", "reduction_vars"]
+
+
+def reduction_vars(a: Assignment) -> list[IndexVar]:
+    """The index variables summed over in ``a``, in order of first appearance.
+
+    These are the variables of the right-hand side that the result does not
+    have, whether or not their ``Reduction`` nodes have been inserted yet.
+    """
+    result = set(a.lhs.indices)
+    return [v for v in index_vars_of(a.rhs) if v not in result]
+
+
+def insert_reductions(a: Assignment) -> Assignment:
+    """Return ``a`` with a ``Reduction`` for every summed variable at its innermost scope.
+
+    Variables whose innermost scope is the same node nest in order of first
+    appearance, the first outermost. Variables already bound by a ``Reduction``
+    in ``a`` are left as they are, so the function is idempotent.
+    """
+    result = set(a.lhs.indices)
+    pending = [v for v in _free_vars_in_order(a.rhs) if v not in result]
+    return Assignment(a.lhs, _place(a.rhs, pending), a.accumulate)
+
+
+def _place(e: Expr, pending: list[IndexVar]) -> Expr:
+    """Rewrite ``e``, all of whose free uses of ``pending`` lie inside it.
+
+    A variable is summed here when ``e`` is a leaf or when its uses are split
+    across several children; otherwise it is handed down to the one child that
+    uses it.
+    """
+    kids = children(e)
+    kid_vars = [_free_vars(k) for k in kids]
+    here = [v for v in pending if sum(v in vs for vs in kid_vars) != 1]
+    node = _with_children(
+        e, [_place(k, [v for v in pending if v in vs and v not in here]) for k, vs in zip(kids, kid_vars)]
+    )
+    for v in reversed(here):
+        node = Reduction(v, node)
+    return node
+
+
+def _with_children(e: Expr, kids: list[Expr]) -> Expr:
+    """A copy of ``e`` with its direct sub-expressions replaced by ``kids``."""
+    if isinstance(e, BinaryExpr):
+        return type(e)(kids[0], kids[1])
+    if isinstance(e, Neg):
+        return Neg(kids[0])
+    if isinstance(e, Reduction):
+        return Reduction(e.var, kids[0])
+    return e
+
+
+def _free_vars(e: Expr) -> set[IndexVar]:
+    """Index variables used in ``e`` and not bound by a ``Reduction`` inside it."""
+    if isinstance(e, Access):
+        return set(e.indices)
+    if isinstance(e, Reduction):
+        return _free_vars(e.body) - {e.var}
+    out: set[IndexVar] = set()
+    for k in children(e):
+        out |= _free_vars(k)
+    return out
+
+
+def _free_vars_in_order(e: Expr) -> list[IndexVar]:
+    """The free index variables of ``e`` in order of first appearance."""
+    free = _free_vars(e)
+    return [v for v in index_vars_of(e) if v in free]

@@ -1,0 +1,210 @@
+"""Compile generated C to shared libraries, cache them on disk and in memory, load via ctypes.
+
+Disk layout: ``<cache_dir>/<key[:2]>/<key>.so`` with the C source beside it as ``<key>.c``,
+where ``key`` is the sha256 of the source, the compiler command, its ``--version`` output and
+the flags. Publishing is atomic (compile to a temporary file, then ``os.replace``), so any
+number of threads or processes may compile the same source at once.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from coiter.errors import CompileError
+
+DEFAULT_CC = "cc"
+DEFAULT_CFLAGS = "-O3 -march=native -fPIC -std=c11"
+
+# Cache subdirectories are named by the first two hex digits of the key; clear_cache only
+# removes entries of this shape, so pointing COITER_CACHE_DIR at a shared folder is not fatal.
+_SHARD_NAME = re.compile(r"[0-9a-f]{2}")
+
+_OPENMP_PROBE = """\
+#include <omp.h>
+int coiter_openmp_probe(void) { return omp_get_max_threads(); }
+"""
+
+_loaded: dict[str, ctypes.CDLL] = {}
+_load_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _Toolchain:
+    """A resolved compiler command and the complete flag list for one build."""
+
+    command: tuple[str, ...]
+    flags: tuple[str, ...]
+    version: str
+
+
+def cache_dir() -> Path:
+    """Directory holding compiled libraries: ``$COITER_CACHE_DIR`` or the user cache dir."""
+    override = os.environ.get("COITER_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    return Path(platformdirs.user_cache_dir("coiter"))
+
+
+def clear_cache() -> None:
+    """Delete every cached library and C file under :func:`cache_dir`.
+
+    Libraries already loaded in this process stay usable: the loader keeps them mapped.
+    """
+    root = cache_dir()
+    if not root.is_dir():
+        return
+    for entry in root.iterdir():
+        if entry.is_dir() and _SHARD_NAME.fullmatch(entry.name):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def clear_memory_cache() -> None:
+    """Forget the libraries loaded in this process, so the next load goes to the disk cache."""
+    with _load_lock:
+        _loaded.clear()
+
+
+def compile_library(source: str, *, openmp: bool = True) -> Path:
+    """Compile C ``source`` into a shared library and return its path, reusing the disk cache.
+
+    Raises :class:`CompileError` when the compiler is missing or rejects the source.
+    """
+    toolchain = _toolchain(openmp)
+    key = _cache_key(source, toolchain)
+    shard = cache_dir() / key[:2]
+    so_path = shard / f"{key}.so"
+    c_path = shard / f"{key}.c"
+    if so_path.exists():
+        return so_path
+    shard.mkdir(parents=True, exist_ok=True)
+    _write_atomically(c_path, source)
+
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{key}.", suffix=".so.tmp", dir=shard)
+    os.close(fd)
+    tmp_path = Path(tmp_name)
+    try:
+        result = _run(
+            [*toolchain.command, *toolchain.flags, "-o", str(tmp_path), str(c_path), "-lm"]
+        )
+        if result.returncode != 0:
+            raise CompileError(
+                f"C compilation failed (exit status {result.returncode}) running "
+                f"{shlex.join(toolchain.command)}",
+                stderr=result.stderr,
+                source_path=str(c_path),
+            )
+        # mkstemp creates mode 0600; a shared COITER_CACHE_DIR needs the library readable.
+        os.chmod(tmp_path, 0o644)
+        os.replace(tmp_path, so_path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+    return so_path
+
+
+def load_library(source: str, *, openmp: bool = True) -> ctypes.CDLL:
+    """Return a loaded library for C ``source``, compiling it on a cache miss.
+
+    Repeated calls with the same source (and ``openmp`` setting) return the same CDLL.
+    """
+    key = hashlib.sha256(f"{'omp' if openmp else 'serial'}\0{source}".encode()).hexdigest()
+    library = _loaded.get(key)
+    if library is not None:
+        return library
+    # One lock for all loads: concurrent callers of the same source must not compile it twice,
+    # and compiling distinct sources concurrently from one process is rare enough not to matter.
+    with _load_lock:
+        library = _loaded.get(key)
+        if library is None:
+            path = compile_library(source, openmp=openmp)
+            try:
+                library = ctypes.CDLL(str(path))
+            except OSError as exc:
+                raise CompileError(
+                    "compiled library could not be loaded",
+                    stderr=str(exc),
+                    source_path=str(path.with_suffix(".c")),
+                ) from exc
+            _loaded[key] = library
+    return library
+
+
+def _toolchain(openmp: bool) -> _Toolchain:
+    """Resolve ``$CC`` and ``$CFLAGS`` (re-read on every call) into a build configuration."""
+    cc = os.environ.get("CC") or DEFAULT_CC
+    words = shlex.split(cc)
+    executable = shutil.which(words[0]) if words else None
+    if executable is None:
+        raise CompileError(
+            f"C compiler {cc!r} not found; set the CC environment variable to an installed "
+            "C compiler (for example CC=gcc or CC=clang)"
+        )
+    command = (executable, *words[1:])
+    flags = shlex.split(os.environ.get("CFLAGS", DEFAULT_CFLAGS))
+    flags += ["-shared", "-fPIC"] if "-fPIC" not in flags else ["-shared"]
+    if openmp and _supports_openmp(command, tuple(flags)):
+        flags.append("-fopenmp")
+    return _Toolchain(command=command, flags=tuple(flags), version=_compiler_version(command))
+
+
+def _cache_key(source: str, toolchain: _Toolchain) -> str:
+    """sha256 over everything that determines the produced library."""
+    digest = hashlib.sha256()
+    command, flags = "\0".join(toolchain.command), "\0".join(toolchain.flags)
+    for part in (source, command, toolchain.version, flags):
+        digest.update(part.encode())
+        # A separator that cannot appear in C source keeps field boundaries unambiguous.
+        digest.update(b"\x00\x01\x00")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_version(command: tuple[str, ...]) -> str:
+    """The compiler's ``--version`` output; computed once per compiler per process."""
+    result = _run([*command, "--version"])
+    return result.stdout + result.stderr
+
+
+@functools.lru_cache(maxsize=None)
+def _supports_openmp(command: tuple[str, ...], flags: tuple[str, ...]) -> bool:
+    """Whether ``command`` builds a shared library with ``-fopenmp``; probed once per process."""
+    with tempfile.TemporaryDirectory(prefix="coiter-omp-") as tmp:
+        probe = Path(tmp) / "probe.c"
+        probe.write_text(_OPENMP_PROBE)
+        output = Path(tmp) / "probe.so"
+        result = _run([*command, *flags, "-fopenmp", "-o", str(output), str(probe)])
+        return result.returncode == 0
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a compiler command, turning a vanished executable into a CompileError."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise CompileError(
+            f"could not run C compiler {argv[0]!r} ({exc.strerror}); set the CC environment "
+            "variable to an installed C compiler"
+        ) from exc
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that concurrent readers never see a partial file."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".c.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, path)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)

@@ -1,0 +1,430 @@
+"""The user-facing :class:`Tensor`: a Storage plus a name, constructors and the Python DSL.
+
+A Tensor owns one :class:`~coiter.formats.storage.Storage`. Constructors from
+NumPy and SciPy share the caller's arrays whenever the requested format lays the
+data out the same way (dense C-order arrays, canonical CSR/CSC), so handing data
+to a kernel costs only validation.
+
+The DSL follows TACO's Python API: ``A[i, j] = B[i, k] * C[k, j]`` records the
+assignment on ``A`` and computes it the first time ``A``'s data is needed.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import weakref
+from typing import Any, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import DTypeError, FormatError, ShapeError
+from .formats.format import Format, FormatLike, as_format, coo, csc, csr
+from .formats.levels import Compressed, Dense
+from .formats.storage import Storage
+from .notation.ast import Access, Assignment, IndexVar, accesses, as_expr
+
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
+    np.dtype(t) for t in (np.float64, np.float32, np.int64, np.int32, np.complex128, np.bool_)
+)
+
+_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+_name_counter = itertools.count()
+
+
+def check_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as an np.dtype if coiter supports it; DTypeError naming it otherwise."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise DTypeError(f"not a data type: {dtype!r}") from None
+    if dt not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise DTypeError(f"unsupported dtype {dt}; coiter supports {names}")
+    return dt
+
+
+def _default_name() -> str:
+    return f"T{next(_name_counter)}"
+
+
+def _check_name(name: str | None) -> str:
+    if name is None:
+        return _default_name()
+    if not isinstance(name, str):
+        raise TypeError(f"a tensor name must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("a tensor name must not be empty")
+    return name
+
+
+def _check_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+    """Shape as a tuple of non-negative Python ints (an int means a vector)."""
+    try:
+        dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        out = tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise ShapeError(f"shape must be a sequence of integers, got {shape!r}") from None
+    if any(d < 0 for d in out):
+        raise ShapeError(f"negative dimension in shape {out}")
+    return out
+
+
+def _entries_unique(fmt: Format) -> bool:
+    """Whether every coordinate is stored at most once (all levels unique)."""
+    return all(level.unique for level in fmt.levels)
+
+
+# ------------------------------------------------------------------ storage builders
+
+
+def _scalar_storage(value: np.ndarray) -> Storage:
+    """Order-0 storage holding the one-element array ``value``."""
+    return Storage(Format([]), (), (), value.reshape(1))
+
+
+def _zero_storage(shape: tuple[int, ...], fmt: Format, dtype: np.dtype) -> Storage:
+    if fmt.is_dense:
+        vals = np.zeros(math.prod(shape), dtype=dtype)
+        return Storage(fmt, shape, tuple({} for _ in shape), vals)
+    coords = np.zeros((len(shape), 0), dtype=np.int64)
+    return Storage.from_coords(coords, np.zeros(0, dtype=dtype), shape, fmt)
+
+
+def _dense_storage(arr: np.ndarray, fmt: Format) -> Storage:
+    """Dense storage of ``arr``; a view of it when it is already laid out in storage order."""
+    vals = np.ascontiguousarray(arr.transpose(fmt.ordering)).reshape(-1)
+    return Storage(fmt, arr.shape, tuple({} for _ in arr.shape), vals)
+
+
+def _packed(coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...], fmt: Format) -> Storage:
+    """Pack validated coordinates (sorted and de-duplicated by Storage.from_coords)."""
+    if not shape:
+        return _scalar_storage(np.add.reduce(values, dtype=values.dtype, keepdims=True))
+    return Storage.from_coords(coords, values, shape, fmt)
+
+
+def _index_pair(pos: np.ndarray, crd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pos`` and ``crd`` contiguous with one shared int32/int64 type (no copy if they have it)."""
+    if pos.dtype != crd.dtype or pos.dtype not in _INDEX_DTYPES:
+        # int64 holds every int32/uint32/int16 value; wrapped uint64 turns negative and fails validation
+        return pos.astype(np.int64), crd.astype(np.int64)
+    return np.ascontiguousarray(pos), np.ascontiguousarray(crd)
+
+
+def _segments_canonical(pos: np.ndarray, crd: np.ndarray) -> bool:
+    """Whether coordinates strictly increase within every segment (sorted, no duplicates)."""
+    nnz = int(pos[-1])
+    if nnz < 2:
+        return True
+    rising = np.diff(crd[:nnz]) > 0
+    starts = pos[1:-1]
+    starts = starts[(starts > 0) & (starts < nnz)].astype(np.int64)
+    rising[starts - 1] = True  # a segment's first entry may be smaller than the previous one
+    return bool(rising.all())
+
+
+def _compressed_storage(m: Any, fmt: Format, name: str) -> Storage:
+    """Storage of a SciPy CSR/CSC matrix in ``fmt``, sharing its arrays when possible."""
+    layout = csr if m.format == "csr" else csc
+    pos, crd = _index_pair(m.indptr, m.indices)
+    vals = np.ascontiguousarray(m.data)
+    shape = (int(m.shape[0]), int(m.shape[1]))
+    # Check the structure before anything (including SciPy's own C++ routines) indexes with it.
+    loose = Format([Dense(), Compressed(ordered=False, unique=False)], layout.ordering)
+    Storage(loose, shape, ({}, {"pos": pos, "crd": crd}), vals).validate(name)
+    canonical = _segments_canonical(pos, crd)
+    if canonical and fmt == layout:
+        return Storage(layout, shape, ({}, {"pos": pos, "crd": crd}), vals)
+    if canonical and fmt in (csr, csc):
+        # SciPy's CSR<->CSC transposition is linear time and keeps indices sorted and unique.
+        other = m.tocsr() if fmt == csr else m.tocsc()
+        opos, ocrd = _index_pair(other.indptr, other.indices)
+        return Storage(fmt, shape, ({}, {"pos": opos, "crd": ocrd}), np.ascontiguousarray(other.data))
+    nnz = int(pos[-1])
+    outer = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
+    by_level = (outer, crd[:nnz].astype(np.int64))
+    coords = np.stack([by_level[layout.ordering.index(mode)] for mode in range(2)])
+    return Storage.from_coords(coords, vals[:nnz], shape, fmt)
+
+
+def _coo_storage(m: Any, fmt: Format, name: str) -> Storage:
+    """Storage of a SciPy COO matrix/array (any order) in ``fmt``, duplicates summed."""
+    shape = tuple(int(d) for d in m.shape)
+    vals = np.asarray(m.data)
+    cols = [np.asarray(c) for c in m.coords]
+    if vals.ndim != 1 or any(c.shape != vals.shape for c in cols):
+        raise FormatError(f"{name}: COO coordinate and value arrays differ in length")
+    for mode, (c, dim) in enumerate(zip(cols, shape)):
+        if c.shape[0] and (c.min() < 0 or c.max() >= dim):
+            raise FormatError(f"{name}: mode-{mode} coordinate out of range [0, {dim})")
+    if len(shape) == 2 and fmt in (csr, csc):
+        # Coordinates are in range, so SciPy's linear-time COO->CSR/CSC is safe and faster than a sort.
+        return _compressed_storage(m.tocsr() if fmt == csr else m.tocsc(), fmt, name)
+    return Storage.from_coords(np.stack(cols), vals, shape, fmt)
+
+
+# ------------------------------------------------------------------------- Tensor
+
+
+class Tensor:
+    """A tensor of any order stored in any :class:`~coiter.formats.format.Format`.
+
+    ``Tensor(shape, format, dtype, name)`` is all zeros (dense format by default);
+    build tensors from data with :meth:`from_numpy`, :meth:`from_scipy` and
+    :meth:`from_coo`. ``name`` is how the tensor appears in index notation; an
+    unused ``T<n>`` is chosen when none is given.
+    """
+
+    __slots__ = ("_storage", "_pending", "_name", "_readers", "__weakref__")
+
+    _storage: Storage
+    _pending: Assignment | None
+    _name: str
+    _readers: weakref.WeakSet[Tensor] | None  # tensors whose pending assignment reads this one
+
+    def __init__(
+        self,
+        shape: int | Sequence[int],
+        format: FormatLike | None = None,
+        dtype: Any = np.float64,
+        name: str | None = None,
+    ) -> None:
+        dims = _check_shape(shape)
+        fmt = as_format(format, len(dims))
+        self._init(_zero_storage(dims, fmt, check_dtype(dtype)), _check_name(name))
+
+    def _init(self, storage: Storage, name: str) -> None:
+        self._storage = storage
+        self._pending = None
+        self._name = name
+        self._readers = None
+
+    @classmethod
+    def _wrap(cls, storage: Storage, name: str | None = None) -> Tensor:
+        """A Tensor around an already-valid ``storage`` (no copy, no checks)."""
+        t = cls.__new__(cls)
+        t._init(storage, name if name is not None else _default_name())
+        return t
+
+    # ---------------------------------------------------------------- constructors
+
+    @classmethod
+    def from_numpy(cls, a: Any, format: FormatLike | None = None, name: str | None = None) -> Tensor:
+        """Tensor holding array ``a`` (dense by default).
+
+        A dense format shares ``a``'s memory when ``a`` is already laid out in the
+        format's mode order (C-contiguous for the default row-major order); sparse
+        formats store the nonzeros of ``a``.
+        """
+        arr = np.asarray(a)
+        check_dtype(arr.dtype)
+        fmt = as_format(format, arr.ndim)
+        name = _check_name(name)
+        if fmt.is_dense:
+            return cls._wrap(_dense_storage(arr, fmt), name)
+        coords = np.stack(np.nonzero(arr))
+        return cls._wrap(Storage.from_coords(coords, arr[tuple(coords)], arr.shape, fmt), name)
+
+    @classmethod
+    def from_scipy(cls, m: Any, format: FormatLike | None = None, name: str | None = None) -> Tensor:
+        """Tensor holding SciPy sparse matrix or array ``m``, in its own layout by default.
+
+        CSR stays CSR, CSC stays CSC, COO stays COO and other kinds become CSR.
+        Canonical CSR/CSC data is shared, not copied; unsorted or duplicate entries
+        are sorted and summed. Malformed data raises FormatError.
+        """
+        if not sp.issparse(m):
+            raise TypeError(f"expected a SciPy sparse matrix or array, got {type(m).__name__}")
+        check_dtype(m.dtype)
+        name = _check_name(name)
+        native = {"csr": csr, "csc": csc}.get(m.format)
+        if native is None and m.format != "coo":
+            m, native = m.tocoo(), (csr if m.ndim == 2 else None)
+        fmt = as_format(format, m.ndim, native or coo(m.ndim))
+        if m.format == "coo":
+            return cls._wrap(_coo_storage(m, fmt, name), name)
+        return cls._wrap(_compressed_storage(m, fmt, name), name)
+
+    @classmethod
+    def from_coo(
+        cls,
+        coords: Any,
+        values: Any,
+        shape: Sequence[int],
+        format: FormatLike | None = None,
+        name: str | None = None,
+    ) -> Tensor:
+        """Tensor from coordinates ``coords`` (order × nnz) and ``values`` (nnz).
+
+        Entries may come in any order; duplicates are summed. COO by default.
+        """
+        dims = _check_shape(shape)
+        order = len(dims)
+        crd = np.asarray(coords)
+        vals = np.asarray(values)
+        if crd.ndim != 2 or crd.shape[0] != order:
+            raise ShapeError(f"coords must have shape ({order}, nnz) for shape {dims}, got {crd.shape}")
+        if vals.ndim != 1 or vals.shape[0] != crd.shape[1]:
+            raise ShapeError(f"{crd.shape[1]} coordinates but values has shape {vals.shape}")
+        if crd.size and crd.dtype.kind not in "iu":
+            raise DTypeError(f"coordinates must be integers, got {crd.dtype}")
+        check_dtype(vals.dtype)
+        for mode, dim in enumerate(dims):
+            c = crd[mode]
+            if c.shape[0] and (c.min() < 0 or c.max() >= dim):
+                bad = c[(c < 0) | (c >= dim)][0]
+                raise ShapeError(f"mode-{mode} coordinate {bad} is out of range [0, {dim})")
+        fmt = as_format(format, order, coo(order) if order else None)
+        return cls._wrap(_packed(crd.astype(np.int64), vals, dims, fmt), _check_name(name))
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._storage.shape
+
+    @property
+    def order(self) -> int:
+        return len(self._storage.shape)
+
+    @property
+    def format(self) -> Format:
+        return self._storage.format
+
+    @property
+    def storage(self) -> Storage:
+        """The physical storage (computes a pending DSL assignment first)."""
+        if self._pending is not None:
+            self.evaluate()
+        return self._storage
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Element type (of the result, for a pending DSL assignment)."""
+        return self.storage.vals.dtype
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored entries (every entry for dense formats)."""
+        return self.storage.nnz
+
+    # ------------------------------------------------------------------ conversions
+
+    def to_numpy(self) -> np.ndarray:
+        """Dense ndarray of the values; a view of the storage for dense formats."""
+        s = self.storage
+        if s.format.is_dense:
+            dense = s.vals[: math.prod(s.shape)].reshape(s.level_dims)
+            if s.format.is_identity_ordered:
+                return dense
+            return dense.transpose(np.argsort(s.format.ordering))
+        coords, vals = s.to_coords()
+        out = np.zeros(s.shape, dtype=s.vals.dtype)
+        if _entries_unique(s.format):
+            out[tuple(coords)] = vals
+        else:
+            np.add.at(out, tuple(coords), vals)
+        return out
+
+    def to_scipy(self) -> sp.sparray:
+        """SciPy sparse array of a matrix: CSR/CSC share the storage's arrays, others give COO."""
+        if self.order != 2:
+            raise FormatError(f"{self.name}: only order-2 tensors convert to SciPy, this has order {self.order}")
+        s = self.storage
+        if s.format in (csr, csc):
+            pos, crd = s.levels[1]["pos"], s.levels[1]["crd"]
+            nnz = int(pos[-1])
+            kind = sp.csr_array if s.format == csr else sp.csc_array
+            return kind((s.vals[:nnz], crd[:nnz], pos), shape=s.shape)
+        if s.format.is_dense:
+            return sp.coo_array(self.to_numpy())
+        coords, vals = s.to_coords()
+        return sp.coo_array((vals, (coords[0], coords[1])), shape=s.shape)
+
+    def asformat(self, fmt: FormatLike) -> Tensor:
+        """This tensor stored in ``fmt`` (``self`` when it already is)."""
+        target = as_format(fmt, self.order)
+        if target == self.format:
+            return self
+        from .convert import convert
+
+        return Tensor._wrap(convert(self.storage, target))
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        arr = self.to_numpy()
+        if dtype is not None and arr.dtype != np.dtype(dtype):
+            return arr.astype(dtype)
+        return arr.copy() if copy else arr
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle the computed data; pending DSL state and reader links are process-local.
+        return (Tensor._wrap, (self.storage, self._name))
+
+    def __repr__(self) -> str:
+        head = f"Tensor(name={self._name!r}, shape={self.shape}, format={self.format.to_string()!r}"
+        if self._pending is not None:
+            return f"{head}, pending={str(self._pending)!r})"
+        return f"{head}, dtype={self._storage.vals.dtype}, nnz={self._storage.nnz})"
+
+    # ------------------------------------------------------------------------- DSL
+
+    def _index(self, idx: Any) -> tuple[IndexVar, ...]:
+        ivars = idx if isinstance(idx, tuple) else (idx,)
+        for v in ivars:
+            if not isinstance(v, IndexVar):
+                raise TypeError(f"tensors are indexed by IndexVar (see coiter.index_vars), got {v!r}")
+        if len(ivars) != self.order:
+            raise ShapeError(
+                f"{self._name} has order {self.order} but is indexed by {len(ivars)} "
+                f"index variable(s) {ivars}"
+            )
+        return ivars
+
+    def __getitem__(self, idx: IndexVar | tuple[IndexVar, ...]) -> Access:
+        """``A[i, j]``: an access for index notation (``A[()]`` for a scalar)."""
+        return Access(self._name, self._index(idx), source=self)
+
+    def __setitem__(self, idx: IndexVar | tuple[IndexVar, ...], expr: Any) -> None:
+        """``A[i, j] = expr``: record the assignment; it is computed when the data is needed."""
+        lhs = Access(self._name, self._index(idx), source=self)
+        rhs = as_expr(expr)
+        # Tensors whose pending assignments read this one must see its current value.
+        if self._readers:
+            for reader in list(self._readers):
+                reader.evaluate()
+            self._readers = None
+        self.evaluate()
+        for access in accesses(rhs):
+            src = access.source
+            if isinstance(src, Tensor) and src is not self:
+                if src._readers is None:
+                    src._readers = weakref.WeakSet()
+                src._readers.add(self)
+        self._pending = Assignment(lhs, rhs)
+
+    def evaluate(self) -> Tensor:
+        """Compute a pending DSL assignment now (no-op otherwise); returns ``self``."""
+        assignment = self._pending
+        if assignment is None:
+            return self
+        from .api import run_assignment
+
+        # Cleared first so that a right-hand side reading this tensor sees its previous value.
+        self._pending = None
+        try:
+            storage = run_assignment(assignment, out_format=self.format, out_dtype=None)
+            if storage.shape != self.shape:
+                raise ShapeError(
+                    f"{self._name} has shape {self.shape} but {assignment} computes shape {storage.shape}"
+                )
+        except BaseException:
+            self._pending = assignment
+            raise
+        self._storage = storage
+        return self

@@ -1,0 +1,146 @@
+"""Differential tests of the classic kernels against numpy.einsum, over format combinations."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import coiter
+from helpers import check, random_array, tensor
+
+MATRIX_FORMATS = ["dd", "ds", "ds:1,0", "ss", "ss:1,0", "uq", "uq:1,0", "dd:1,0"]
+VECTOR_FORMATS = ["d", "s"]
+TENSOR3_FORMATS = ["ddd", "sss", "dss", "ucq", "sss:2,0,1", "dsd"]
+SHAPES = [(7, 5), (1, 9), (6, 1), (0, 4), (4, 0)]
+
+
+def rng_for(*key: object) -> np.random.Generator:
+    return np.random.default_rng(abs(hash(key)) % 2**32)
+
+
+@pytest.mark.parametrize("fa", MATRIX_FORMATS)
+@pytest.mark.parametrize("fx", VECTOR_FORMATS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_spmv(fa: str, fx: str, shape: tuple[int, int]) -> None:
+    rng = rng_for("spmv", fa, fx, shape)
+    A, x = random_array(rng, shape, 0.3), random_array(rng, shape[1:], 0.5)
+    y = coiter.evaluate("y(i) = A(i,j) * x(j)", A=tensor(A, fa), x=tensor(x, fx))
+    check(y, A @ x)
+
+
+@pytest.mark.parametrize("fa", MATRIX_FORMATS)
+@pytest.mark.parametrize("fy", ["d", "s"])
+def test_spmv_plus_vector(fa: str, fy: str) -> None:
+    rng = rng_for("spmv+", fa, fy)
+    A, x, z = random_array(rng, (8, 6), 0.3), rng.standard_normal(6), random_array(rng, (8,), 0.4)
+    y = coiter.evaluate("y(i) = A(i,j) * x(j) + z(i)", A=tensor(A, fa), x=x, z=tensor(z, fy))
+    check(y, A @ x + z)
+
+
+@pytest.mark.parametrize("fb,fc", list(itertools.product(MATRIX_FORMATS, ["dd", "ds", "ss:1,0"])))
+def test_spmm(fb: str, fc: str) -> None:
+    rng = rng_for("spmm", fb, fc)
+    B, C = random_array(rng, (6, 5), 0.3), random_array(rng, (5, 4), 0.6)
+    A = coiter.evaluate("A(i,j) = B(i,k) * C(k,j)", out_format="dd", B=tensor(B, fb), C=tensor(C, fc))
+    check(A, B @ C)
+
+
+@pytest.mark.parametrize("fb,fc,fa", [
+    ("ds", "ds", "ds"), ("ds", "ds", "dd"), ("ss", "ss", "ss"), ("ds:1,0", "ds:1,0", "ds:1,0"),
+    ("ds", "ds:1,0", "ds"), ("uq", "ds", "ds"), ("ds", "ds", "uq"), ("dd", "ds", "ds"),
+])
+@pytest.mark.parametrize("shape", [(9, 7, 8), (1, 3, 1), (0, 3, 2), (5, 0, 4)])
+def test_spgemm(fb: str, fc: str, fa: str, shape: tuple[int, int, int]) -> None:
+    m, k, n = shape
+    rng = rng_for("spgemm", fb, fc, fa, shape)
+    B, C = random_array(rng, (m, k), 0.3), random_array(rng, (k, n), 0.3)
+    A = coiter.evaluate("A(i,j) = B(i,k) * C(k,j)", out_format=fa, B=tensor(B, fb), C=tensor(C, fc))
+    check(A, B @ C)
+    assert A.format == coiter.parse_format(fa)
+
+
+@pytest.mark.parametrize("fb,fc,fa", list(itertools.product(
+    ["ds", "ss", "uq", "dd", "ds:1,0"], ["ds", "ss", "uq", "ds:1,0"], ["ds", "dd", "ss"])))
+def test_spadd(fb: str, fc: str, fa: str) -> None:
+    rng = rng_for("spadd", fb, fc, fa)
+    B, C = random_array(rng, (7, 6), 0.3), random_array(rng, (7, 6), 0.3)
+    A = coiter.evaluate("A(i,j) = B(i,j) + C(i,j)", out_format=fa, B=tensor(B, fb), C=tensor(C, fc))
+    check(A, B + C)
+
+
+@pytest.mark.parametrize("fmt", ["ds", "ss", "uq", "dd"])
+def test_spadd3_and_elementwise(fmt: str) -> None:
+    rng = rng_for("add3", fmt)
+    B, C, D = (random_array(rng, (6, 7), 0.3) for _ in range(3))
+    ops = dict(B=tensor(B, fmt), C=tensor(C, fmt), D=tensor(D, fmt))
+    check(coiter.evaluate("A(i,j) = B(i,j) + C(i,j) + D(i,j)", out_format=fmt, **ops), B + C + D)
+    check(coiter.evaluate("A(i,j) = B(i,j) * C(i,j)", out_format=fmt, B=ops["B"], C=ops["C"]), B * C)
+    check(coiter.evaluate("A(i,j) = B(i,j) + C(i,j) - 2.5 * D(i,j)", out_format="dd", **ops),
+          B + C - 2.5 * D)
+    check(coiter.evaluate("A(i,j) = -(B(i,j) + C(i,j)) * D(i,j) / 4", out_format=fmt, **ops),
+          -(B + C) * D / 4)
+
+
+@pytest.mark.parametrize("fb,fx", list(itertools.product(["s", "d"], ["s", "d"])))
+def test_vector_kernels(fb: str, fx: str) -> None:
+    rng = rng_for("vec", fb, fx)
+    b, c = random_array(rng, (20,), 0.3), random_array(rng, (20,), 0.3)
+    check(coiter.evaluate("a(i) = b(i) + c(i)", b=tensor(b, fb), c=tensor(c, fx)), b + c)
+    check(coiter.evaluate("a(i) = b(i) * c(i)", out_format="s", b=tensor(b, fb), c=tensor(c, fx)), b * c)
+    check(coiter.evaluate("a = b(i) * c(i)", b=tensor(b, fb), c=tensor(c, fx)), np.array(b @ c))
+
+
+@pytest.mark.parametrize("fb", ["dd", "ds", "ss", "uq"])
+def test_sddmm(fb: str) -> None:
+    rng = rng_for("sddmm", fb)
+    B, C, D = random_array(rng, (6, 7), 0.3), rng.standard_normal((6, 4)), rng.standard_normal((4, 7))
+    A = coiter.evaluate("A(i,j) = B(i,j) * C(i,k) * D(k,j)", out_format=fb, B=tensor(B, fb), C=C, D=D)
+    check(A, B * (C @ D))
+
+
+@pytest.mark.parametrize("fb", TENSOR3_FORMATS)
+def test_tensor_kernels(fb: str) -> None:
+    rng = rng_for("t3", fb)
+    B = random_array(rng, (4, 5, 6), 0.2)
+    c, C, D = rng.standard_normal(6), rng.standard_normal((6, 3)), rng.standard_normal((5, 3))
+    Bt = tensor(B, fb)
+    check(coiter.evaluate("A(i,j) = B(i,j,k) * c(k)", B=Bt, c=c), np.einsum("ijk,k->ij", B, c))
+    check(coiter.evaluate("A(i,j,l) = B(i,j,k) * C(k,l)", B=Bt, C=C), np.einsum("ijk,kl->ijl", B, C))
+    check(coiter.evaluate("A(i,l) = B(i,j,k) * C(k,l) * D(j,l)", B=Bt, C=C, D=D),
+          np.einsum("ijk,kl,jl->il", B, C, D))
+
+
+@pytest.mark.parametrize("src", MATRIX_FORMATS)
+@pytest.mark.parametrize("dst", MATRIX_FORMATS)
+def test_asformat(src: str, dst: str) -> None:
+    rng = rng_for("conv", src, dst)
+    A = random_array(rng, (6, 5), 0.3)
+    t = tensor(A, src).asformat(dst)
+    assert t.format == coiter.parse_format(dst)
+    check(t, A)
+
+
+def test_transpose_operand_automatically() -> None:
+    rng = rng_for("auto-T")
+    B, C = random_array(rng, (6, 6), 0.4), random_array(rng, (6, 6), 0.4)
+    out = coiter.evaluate("A(i,j) = B(i,j) + C(j,i)", out_format="ds", B=tensor(B, "ds"), C=tensor(C, "ds"))
+    check(out, B + C.T)
+    out = coiter.evaluate("A(i,j) = B(i,j) * B(j,i)", out_format="ds", B=tensor(B, "ds"))
+    check(out, B * B.T)
+
+
+def test_generated_spmv_code_shape() -> None:
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": coiter.csr})
+    src = k.source
+    assert "for (int64_t i = 0; i < " in src
+    assert "for (int64_t pA2 = A2_pos[i]; pA2 < A2_pos[i + 1]; pA2++)" in src
+    assert "while" not in src.split("coiter_fused")[1]
+
+
+def test_generated_union_code_shape() -> None:
+    k = coiter.compile("a(i) = b(i) + c(i)", formats={"b": "s", "c": "s"})
+    body = k.source.split("coiter_fused")[1]
+    assert body.count("while (") == 1
+    assert "} else if (" in body
+    assert body.count("for (; ") == 2
