@@ -89,7 +89,7 @@ def _zero_storage(shape: tuple[int, ...], fmt: Format, dtype: np.dtype) -> Stora
         vals = np.zeros(math.prod(shape), dtype=dtype)
         return Storage(fmt, shape, tuple({} for _ in shape), vals)
     coords = np.zeros((len(shape), 0), dtype=np.int64)
-    return Storage.from_coords(coords, np.zeros(0, dtype=dtype), shape, fmt)
+    return _packed(coords, np.zeros(0, dtype=dtype), shape, fmt)
 
 
 def _dense_storage(arr: np.ndarray, fmt: Format) -> Storage:
@@ -99,10 +99,15 @@ def _dense_storage(arr: np.ndarray, fmt: Format) -> Storage:
 
 
 def _packed(coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...], fmt: Format) -> Storage:
-    """Pack validated coordinates (sorted and de-duplicated by Storage.from_coords)."""
+    """Pack in-range coordinates in any order into ``fmt``; duplicates summed in ``values.dtype``."""
     if not shape:
         return _scalar_storage(np.add.reduce(values, dtype=values.dtype, keepdims=True))
-    return Storage.from_coords(coords, values, shape, fmt)
+    s = Storage.from_coords(coords, values, shape, fmt)
+    if s.vals.dtype != values.dtype:
+        # Summing duplicates promotes small ints and bools to int64; keep the caller's type
+        # (for bools this makes the sum a logical or).
+        s = Storage(s.format, s.shape, s.levels, s.vals.astype(values.dtype))
+    return s
 
 
 def _index_pair(pos: np.ndarray, crd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -146,7 +151,7 @@ def _compressed_storage(m: Any, fmt: Format, name: str) -> Storage:
     outer = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
     by_level = (outer, crd[:nnz].astype(np.int64))
     coords = np.stack([by_level[layout.ordering.index(mode)] for mode in range(2)])
-    return Storage.from_coords(coords, vals[:nnz], shape, fmt)
+    return _packed(coords, vals[:nnz], shape, fmt)
 
 
 def _coo_storage(m: Any, fmt: Format, name: str) -> Storage:
@@ -162,7 +167,7 @@ def _coo_storage(m: Any, fmt: Format, name: str) -> Storage:
     if len(shape) == 2 and fmt in (csr, csc):
         # Coordinates are in range, so SciPy's linear-time COO->CSR/CSC is safe and faster than a sort.
         return _compressed_storage(m.tocsr() if fmt == csr else m.tocsc(), fmt, name)
-    return Storage.from_coords(np.stack(cols), vals, shape, fmt)
+    return _packed(np.stack(cols), vals, shape, fmt)
 
 
 # ------------------------------------------------------------------------- Tensor
@@ -225,7 +230,7 @@ class Tensor:
         if fmt.is_dense:
             return cls._wrap(_dense_storage(arr, fmt), name)
         coords = np.stack(np.nonzero(arr))
-        return cls._wrap(Storage.from_coords(coords, arr[tuple(coords)], arr.shape, fmt), name)
+        return cls._wrap(_packed(coords, arr[tuple(coords)], arr.shape, fmt), name)
 
     @classmethod
     def from_scipy(cls, m: Any, format: FormatLike | None = None, name: str | None = None) -> Tensor:

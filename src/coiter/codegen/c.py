@@ -88,7 +88,10 @@ def _(e: Bin, prec: int = 0) -> str:
 
 @expr.register
 def _(e: Un, prec: int = 0) -> str:
-    return f"{e.op}{expr(e.a, 7)}"
+    inner = expr(e.a, 7)
+    if inner.startswith(("-", "+")) or (isinstance(e.a, Const) and not isinstance(e.a.value, bool)):
+        inner = f"({inner})"  # never print "--x" (a decrement) or "-1e3" ambiguities
+    return f"{e.op}{inner}"
 
 
 @expr.register
