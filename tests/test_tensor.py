@@ -585,28 +585,26 @@ def test_setitem_wrong_arity() -> None:
         t[i] = Tensor((3,))[i]
 
 
-# A stand-in for coiter.api.run_assignment that evaluates copies and sums with NumPy, so
-# the deferral protocol is tested without the compiler.
-def _numpy_run_assignment(assignment: Assignment, out_format: Format, out_dtype: Any) -> Any:
+@pytest.fixture
+def fake_runner(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replace coiter.api.run_assignment by a NumPy evaluator of copies and sums, so the
+    deferral protocol is tested without the compiler; returns the assignments it ran."""
+    import coiter.api
+
+    calls: list[str] = []
+
     def value(e: Any) -> np.ndarray:
         if isinstance(e, Access):
             return e.source.to_numpy()
         assert isinstance(e, Add)
         return value(e.a) + value(e.b)
 
-    calls.append(str(assignment))
-    return Tensor.from_numpy(np.ascontiguousarray(value(assignment.rhs)), format=out_format).storage
+    def run(assignment: Assignment, out_format: Format, out_dtype: Any) -> Any:
+        calls.append(str(assignment))
+        result = np.ascontiguousarray(value(assignment.rhs))
+        return Tensor.from_numpy(result, format=out_format).storage
 
-
-calls: list[str] = []
-
-
-@pytest.fixture
-def fake_runner(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    import coiter.api
-
-    calls.clear()
-    monkeypatch.setattr(coiter.api, "run_assignment", _numpy_run_assignment)
+    monkeypatch.setattr(coiter.api, "run_assignment", run)
     return calls
 
 
@@ -643,3 +641,14 @@ def test_readers_are_computed_before_an_operand_changes(fake_runner: list[str]) 
     d[i] = c[i]
     np.testing.assert_array_equal(a.to_numpy(), [1.0, 2.0])
     np.testing.assert_array_equal(d.to_numpy(), [10.0, 20.0])
+
+
+def test_result_shape_mismatch_raises_and_stays_pending(fake_runner: list[str]) -> None:
+    (i,) = index_vars("i")
+    b = Tensor.from_numpy(np.array([1.0, 2.0]), name="B")
+    a = Tensor((3,), name="A")
+    a[i] = b[i]
+    for _ in range(2):
+        with pytest.raises(ShapeError, match="A"):
+            a.to_numpy()
+    assert len(fake_runner) == 2

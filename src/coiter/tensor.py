@@ -158,7 +158,8 @@ def _coo_storage(m: Any, fmt: Format, name: str) -> Storage:
     """Storage of a SciPy COO matrix/array (any order) in ``fmt``, duplicates summed."""
     shape = tuple(int(d) for d in m.shape)
     vals = np.asarray(m.data)
-    cols = [np.asarray(c) for c in m.coords]
+    # SciPy < 1.13 has only row/col (COO was matrix-only then)
+    cols = [np.asarray(c) for c in (m.coords if hasattr(m, "coords") else (m.row, m.col))]
     if vals.ndim != 1 or any(c.shape != vals.shape for c in cols):
         raise FormatError(f"{name}: COO coordinate and value arrays differ in length")
     for mode, (c, dim) in enumerate(zip(cols, shape)):
@@ -178,8 +179,8 @@ class Tensor:
 
     ``Tensor(shape, format, dtype, name)`` is all zeros (dense format by default);
     build tensors from data with :meth:`from_numpy`, :meth:`from_scipy` and
-    :meth:`from_coo`. ``name`` is how the tensor appears in index notation; an
-    unused ``T<n>`` is chosen when none is given.
+    :meth:`from_coo`. ``name`` is how the tensor appears in index notation; a
+    fresh ``T<n>`` from a global counter is used when none is given.
     """
 
     __slots__ = ("_storage", "_pending", "_name", "_readers", "__weakref__")

@@ -74,7 +74,7 @@ def write(path: PathLike, tensor: Tensor) -> None:
 
 def _read_mtx(data: bytes, where: str, format: FormatLike | None, name: str | None) -> Tensor:
     try:
-        m = scipy.io.mmread(io.BytesIO(data), spmatrix=False)
+        m = scipy.io.mmread(io.BytesIO(data))
     except ValueError as e:
         raise FormatError(f"{where}: {e}") from e
     if isinstance(m, np.ndarray):

@@ -26,6 +26,8 @@ def access_edges(access: Access, fmt: Format, *, result: bool = False) -> list[E
         constrained = level.has_append if result else not level.has_locate
         if constrained:
             edges.extend((path[j], path[k]) for j in range(k) if path[j] != path[k])
+            if result:  # an appended coordinate must not repeat under a deeper level's loop
+                edges.extend((path[k], path[m]) for m in range(k + 1, len(path)))
     return edges
 
 
