@@ -104,7 +104,7 @@ class Storage:
             keep[1:] = np.any(perm[:, 1:] != perm[:, :-1], axis=0)
             if not keep.all():
                 starts = np.flatnonzero(keep)
-                values = np.add.reduceat(values, starts)
+                values = np.add.reduceat(values, starts, dtype=values.dtype)
                 perm = perm[:, keep]
         itype = index_dtype or choose_index_dtype(shape, perm.shape[1] if order else 1)
         levels: list[dict[str, np.ndarray]] = []

@@ -345,7 +345,8 @@ class Lowerer:
 
     def lower_where(self, w: Where, scope: Scope) -> list[IRStmt]:
         out: list[IRStmt] = []
-        defined = dict.fromkeys(a.lhs.tensor for a in walk_stmts(w.producer) if isinstance(a, Assign))
+        # nested wheres inside the producer declare their own temporaries
+        defined = [_produced(w.producer).tensor]
         for name in defined:
             if self.decls[name].role == "temp":
                 out.append(Decl(self.vtype[name], self.cn[name], Const(0)))
