@@ -97,14 +97,21 @@ def default_result_format(order: int, operands: list[Tensor]) -> Format:
     return csr if order == 2 else csf(order)
 
 
-def evaluate(assignment: AssignmentLike, out_format: FormatLike | None = None, **operands: Any) -> Tensor:
-    """Compile (cached) and run an assignment on operands given by name."""
+def evaluate(
+    assignment: AssignmentLike, out_format: FormatLike | None = None,
+    out_shape: tuple[int, ...] | None = None, **operands: Any,
+) -> Tensor:
+    """Compile (cached) and run an assignment on operands given by name.
+
+    ``out_shape`` is only needed when no operand sizes a result index (``A(i,j) = 0``).
+    """
     a = _as_assignment(assignment)
     tensors = {n: as_tensor(v, name=n) for n, v in operands.items()}
-    return _run(a, tensors, out_format)
+    return _run(a, tensors, out_format, out_shape)
 
 
-def _run(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None) -> Tensor:
+def _run(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
+         out_shape: tuple[int, ...] | None = None) -> Tensor:
     order = len(a.lhs.indices)
     rhs_names = [x.tensor for x in accesses(a.rhs) if x.tensor in tensors]
     if out_format is None:
@@ -118,7 +125,7 @@ def _run(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | 
     if kernel is None:
         kernel = compile(a, formats)
         _kernels[key] = kernel
-    return kernel(**tensors)
+    return kernel.run(tensors, out_shape)
 
 
 def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None) -> Tensor:
@@ -137,5 +144,5 @@ def run_assignment(assignment: Assignment, out_format: FormatLike | None, out_dt
         tensors[x.tensor] = x.source
     if assignment.lhs.tensor in tensors or assignment.accumulate:
         tensors[assignment.lhs.tensor] = assignment.lhs.source
-    result = _run(assignment, tensors, out_format)
+    result = _run(assignment, tensors, out_format, assignment.lhs.source.shape)
     return result.storage

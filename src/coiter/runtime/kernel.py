@@ -124,6 +124,11 @@ class Kernel:
         """Compute the assignment; returns the result as a :class:`coiter.Tensor`."""
         return self._run("fused", operands)
 
+    def run(self, operands: Mapping[str, Any], result_shape: tuple[int, ...] | None = None) -> Any:
+        """Like calling the kernel, with the result's shape given (needed when no operand
+        carries a result index, as in ``A(i,j) = 0``; checked against the operands otherwise)."""
+        return self._run("fused", operands, result_shape=result_shape)
+
     def assemble(self, **operands: Any) -> Any:
         """Only the result's index structure (values zero)."""
         return self._run("assemble", operands)
@@ -132,7 +137,8 @@ class Kernel:
         """Values into the index structure of ``pattern`` (from :meth:`assemble`)."""
         return self._run("compute", operands, pattern)
 
-    def _run(self, mode: str, operands: Mapping[str, Any], pattern: Any = None) -> Any:
+    def _run(self, mode: str, operands: Mapping[str, Any], pattern: Any = None,
+             result_shape: tuple[int, ...] | None = None) -> Any:
         from ..operands import as_tensor
         from ..tensor import Tensor
 
@@ -153,7 +159,7 @@ class Kernel:
                 t = t.asformat(fmt)
             tensors[name] = t
         prog = self._program({n: t.dtype for n, t in tensors.items()})
-        dims = self._dims(tensors)
+        dims = self._dims(tensors, result_shape)
         storages: dict[str, Storage] = {n: t.storage for n, t in tensors.items()}
         for name, decl in prog.tensors.items():
             if decl.converted_from is not None:
@@ -177,9 +183,17 @@ class Kernel:
             result = result.asformat(prog.result_conversion)
         return result
 
-    def _dims(self, tensors: Mapping[str, Any]) -> dict:
+    def _dims(self, tensors: Mapping[str, Any], result_shape: tuple[int, ...] | None = None) -> dict:
         dims: dict = {}
         where: dict = {}
+        lhs = self.assignment.lhs.indices
+        if result_shape is not None:
+            if len(result_shape) != len(lhs):
+                raise ShapeError(f"result shape {tuple(result_shape)} has {len(result_shape)} modes, "
+                                 f"the result {self.result} has {len(lhs)}")
+            for m, v in enumerate(lhs):
+                dims[v] = int(result_shape[m])
+                where[v] = f"the result {self.result} (mode {m})"
         for a in accesses(self.assignment.rhs):
             shape = tensors[a.tensor].shape
             for m, v in enumerate(a.indices):
