@@ -8,6 +8,7 @@ fits, int64 otherwise); ``vals`` holds one value per position of the last level.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -37,9 +38,21 @@ class Storage:
                 return a.dtype
         return choose_index_dtype(self.shape, int(self.vals.shape[0]))
 
-    @property
+    @cached_property
     def level_dims(self) -> tuple[int, ...]:
         return tuple(self.shape[m] for m in self.format.ordering)
+
+    @cached_property
+    def addresses(self) -> dict[tuple[int, str], int]:
+        """Data pointers of every array, keyed (level, name); values under (-1, "vals").
+
+        Cached because kernels are called many times on the same storage and
+        ``ndarray.ctypes`` is slow on the per-call path.
+        """
+        out = {(k, name): a.ctypes.data for k, arrays in enumerate(self.levels)
+               for name, a in arrays.items()}
+        out[(-1, "vals")] = self.vals.ctypes.data
+        return out
 
     def level_sizes(self) -> list[int]:
         """Positions per level, outermost first (no validation)."""

@@ -7,6 +7,7 @@ first use.
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
@@ -58,7 +59,8 @@ class Kernel:
         self.formats = dict(formats)
         self.dtype = np.dtype(dtype)
         self.result = assignment.lhs.tensor
-        self.inputs = list(dict.fromkeys(a.tensor for a in accesses(assignment.rhs)))
+        self._accesses = accesses(assignment.rhs)
+        self.inputs = list(dict.fromkeys(a.tensor for a in self._accesses))
         self._orders = {a.tensor: len(a.indices) for a in accesses(assignment.rhs)}
         self._orders[self.result] = len(assignment.lhs.indices)
         self._has_div = any(isinstance(n, Div) for n in walk(assignment.rhs))
@@ -95,7 +97,7 @@ class Kernel:
         return np.dtype(rt)
 
     def _program(self, dtypes: Mapping[str, np.dtype]) -> ConcreteProgram:
-        key = tuple(sorted((n, str(d)) for n, d in dtypes.items()))
+        key = frozenset(dtypes.items())
         prog = self._programs.get(key)
         if prog is None:
             rt = self.result_dtype(dtypes)
@@ -105,7 +107,7 @@ class Kernel:
         return prog
 
     def _variant(self, prog: ConcreteProgram, itypes: Mapping[str, np.dtype], mode: str) -> _Variant:
-        key = (id(prog), tuple(sorted((n, str(d)) for n, d in itypes.items())), mode)
+        key = (id(prog), frozenset(itypes.items()), mode)
         var = self._variants.get(key)
         if var is None:
             ir = lower(prog, itypes, mode, name=f"coiter_{mode}")
@@ -194,7 +196,7 @@ class Kernel:
             for m, v in enumerate(lhs):
                 dims[v] = int(result_shape[m])
                 where[v] = f"the result {self.result} (mode {m})"
-        for a in accesses(self.assignment.rhs):
+        for a in self._accesses:
             shape = tensors[a.tensor].shape
             for m, v in enumerate(a.indices):
                 if v in dims and dims[v] != shape[m]:
@@ -226,10 +228,9 @@ class Kernel:
                 if p.kind == "dim":
                     args.append(rdims[p.level])
                 elif p.kind == "array":
-                    arr = storages[self.result].levels[p.level][p.array]
-                    args.append(arr.ctypes.data)
+                    args.append(storages[self.result].addresses[(p.level, p.array)])
                 elif p.kind == "vals":
-                    n = int(np.prod(rdims)) if mode != "compute" else storages[self.result].nnz
+                    n = math.prod(rdims) if mode != "compute" else storages[self.result].nnz
                     res_vals = np.zeros(max(n, 1), dtype=rdtype)
                     args.append(res_vals.ctypes.data)
                 elif p.kind == "out":
@@ -245,9 +246,9 @@ class Kernel:
             if p.kind == "dim":
                 args.append(st.level_dims[p.level])
             elif p.kind == "array":
-                args.append(st.levels[p.level][p.array].ctypes.data)
+                args.append(st.addresses[(p.level, p.array)])
             else:
-                args.append(st.vals.ctypes.data)
+                args.append(st.addresses[(-1, "vals")])
         rc = var.fn(*args)
         if out is not None:
             arrays = self._take(out, out_len, ir, itypes[self.result], rdtype)
@@ -260,7 +261,7 @@ class Kernel:
             return Storage(rfmt, rshape, pat.levels, res_vals[: pat.nnz])
         if out is None:
             levels = tuple({} for _ in rfmt.levels)
-            return Storage(rfmt, rshape, levels, res_vals[: int(np.prod(rdims))] if rdims else res_vals)
+            return Storage(rfmt, rshape, levels, res_vals[: math.prod(rdims)] if rdims else res_vals)
         levels = tuple({arr: arrays[(k, arr)] for arr in lv.arrays} for k, lv in enumerate(rfmt.levels))
         vals = arrays.get((-1, "vals"))
         if vals is None:  # assemble mode: structure only
