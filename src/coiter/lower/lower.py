@@ -24,7 +24,7 @@ from ..concrete.stmt import (
     Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts,
 )
 from ..errors import FormatError
-from ..formats.levels.base import Level, LevelNames, ParentPos
+from ..formats.levels.base import LevelNames, ParentPos
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function,
     If, IRExpr, IRStmt, Load, Min, Param, Return, Un, Var, While, add, block, conj, eq, lt, mul,

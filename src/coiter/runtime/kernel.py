@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..concrete.concretize import concretize
 from ..concrete.stmt import ConcreteProgram
-from ..errors import DTypeError, FormatError, KernelError, ShapeError
+from ..errors import KernelError, ShapeError
 from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
 from ..lower.lower import KernelIR, ParamSpec, lower
-from ..lower.types import c_value_type
 from ..codegen.c import module
-from ..notation.ast import Access, Assignment, Div, accesses, walk
+from ..notation.ast import Assignment, Div, accesses, walk
 from ..notation.reductions import insert_reductions
 from .compiler import load_library
 
@@ -218,7 +217,6 @@ class Kernel:
         var = self._variant(prog, itypes, mode)
         ir = var.ir
         args: list[Any] = []
-        keep: list[Any] = []
         res_vals = None
         out = out_len = None
         nslots = len(ir.out_arrays)
