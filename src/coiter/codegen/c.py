@@ -32,8 +32,18 @@ static int coiter_cmp_index(const void* a, const void* b) {{
   return (x > y) - (x < y);
 }}
 
-static void coiter_sort_index(int64_t* a, int64_t n) {{
-  qsort(a, (size_t)n, sizeof(int64_t), coiter_cmp_index);
+/* order a workspace's coordinate list: comparison sort for few entries, otherwise a
+   linear scan of its occupancy flags (cheaper once n log n exceeds the dimension) */
+static void coiter_sort_index(int64_t* a, int64_t n, const uint8_t* set, int64_t dim) {{
+  if (n < 2) return;
+  int64_t lg = 0;
+  while ((INT64_C(1) << lg) < n) lg++;
+  if (n * lg < dim) {{
+    qsort(a, (size_t)n, sizeof(int64_t), coiter_cmp_index);
+    return;
+  }}
+  int64_t k = 0;
+  for (int64_t j = 0; j < dim; j++) if (set[j]) a[k++] = j;
 }}
 """
 

@@ -744,6 +744,7 @@ class Lowerer:
                 fn, (add(n, Const(1)), Call("sizeof", (Var(ctype),)))))))
             out.append(If(Un("!", Var(arr)), block(Return(Const(1)))))
         out.append(Decl("int64_t", names.array("count"), Const(0)))
+        out.append(Decl("int64_t", names.dimension.name, n))
         return out
 
     def _result_alloc(self) -> list[IRStmt]:

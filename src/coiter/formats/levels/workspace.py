@@ -42,8 +42,8 @@ class WorkspaceList(Level):
         return coord
 
     def iter_init(self, names: LevelNames) -> list[IRStmt]:
-        lst = Var(names.array("list"))
-        return [ExprStmt(Call("coiter_sort_index", (lst, self.count(names))))]
+        args = (Var(names.array("list")), self.count(names), Var(names.array("set")), names.dimension)
+        return [ExprStmt(Call("coiter_sort_index", args))]
 
     def locate(self, names: LevelNames, parent: IRExpr, coord: IRExpr) -> IRExpr:
         return coord
