@@ -577,17 +577,18 @@ class Lowerer:
             lo = level.child_position(self.names(it.access.tensor, it.level), Var(p), c)
             items.append(((it.access, it.level), ParentPos(lo, s)))
         out: list[IRStmt] = []
-        starts: dict[str, str] = {}
+        # a group directly above another appends only if its child group produced entries
+        starts: dict[str, tuple[_Group, str]] = {}
         for a, g in bottoms:
             for m in g.members:
                 items.append(((a, m), ParentPos(Var(g.counter))))
             if self.mode != "compute":
                 out += self._ensure_capacity(g)
-            below = g.members[-1] + 1
-            child = self._group_of_next_append(below)
-            if child is not None and below < self.decls[a.tensor].order and child.head == below:
-                starts[g.counter] = self._unique(f"{child.counter}_start")
-                out.append(Decl("int64_t", starts[g.counter], Var(child.counter)))
+            child = self._group_of_next_append(g.members[-1] + 1)
+            if child is not None:
+                start = self._unique(f"{child.counter}_start")
+                starts[g.counter] = (child, start)
+                out.append(Decl("int64_t", start, Var(child.counter)))
         # dense result levels between groups are located in resolve
         scope = scope.with_pos(items)
         scope = self.resolve(scope, _stmt_accesses(restricted), _lhs_accesses(restricted))
@@ -595,8 +596,8 @@ class Lowerer:
         for a, g in bottoms:
             append = self._append(a, g, scope)
             if g.counter in starts:
-                child = self._group_of_next_append(g.members[-1] + 1)
-                out.append(If(Bin(">", Var(child.counter), Var(starts[g.counter])), block(append)))
+                child, start = starts[g.counter]
+                out.append(If(Bin(">", Var(child.counter), Var(start)), block(append)))
             else:
                 out += append
         return out

@@ -20,7 +20,7 @@ from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
 from ..lower.lower import KernelIR, ParamSpec, lower
 from ..codegen.c import module
-from ..notation.ast import Assignment, Div, accesses, walk
+from ..notation.ast import Assignment, Div, Literal, accesses, walk
 from ..notation.reductions import insert_reductions
 from .compiler import load_library
 
@@ -84,8 +84,6 @@ class Kernel:
 
     # -- compilation ---------------------------------------------------------------------
     def result_dtype(self, dtypes: Mapping[str, np.dtype]) -> np.dtype:
-        from ..notation.ast import Literal
-
         parts: list[Any] = [dtypes[n] for n in self.inputs]
         parts += [n.value for n in walk(self.assignment.rhs) if isinstance(n, Literal)]
         rt = np.result_type(*parts) if parts else self.dtype
