@@ -6,7 +6,7 @@ from functools import singledispatch
 
 from ..ir.nodes import (
     Assign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function, If, IRExpr,
-    IRStmt, Load, Min, Param, Return, Un, Var, While,
+    IRStmt, Load, Max, Min, Param, Return, Select, Un, Var, While,
 )
 
 PREAMBLE = """\
@@ -44,6 +44,43 @@ static void coiter_sort_index(int64_t* a, int64_t n, const uint8_t* set, int64_t
   }}
   int64_t k = 0;
   for (int64_t j = 0; j < dim; j++) if (set[j]) a[k++] = j;
+}}
+
+/* hashed level: bucket of coordinate c in the segment of parent position `parent`
+   (W buckets, linear probing, -1 marks an empty bucket); -1 when c is absent */
+#define COITER_HASH_LOCATE(T) \
+static inline int64_t coiter_hash_locate_##T(const T* crd, int64_t W, int64_t parent, int64_t c) {{ \
+  if (parent < 0 || W <= 0) return -1; \
+  int64_t base = parent * W, b = c % W; \
+  for (int64_t n = 0; n < W; n++) {{ \
+    T v = crd[base + b]; \
+    if (v == c) return base + b; \
+    if (v < 0) return -1; \
+    if (++b == W) b = 0; \
+  }} \
+  return -1; \
+}}
+COITER_HASH_LOCATE(int32_t)
+COITER_HASH_LOCATE(int64_t)
+#define coiter_hash_locate(crd, W, parent, c) _Generic((crd), \
+  const int32_t*: coiter_hash_locate_int32_t, int32_t*: coiter_hash_locate_int32_t, \
+  const int64_t*: coiter_hash_locate_int64_t, int64_t*: coiter_hash_locate_int64_t)(crd, W, parent, c)
+
+/* sort (key, position) pairs by key: orders the iteration of an unordered level */
+typedef struct {{ int64_t key, at; }} coiter_pair;
+static int coiter_cmp_pair(const void* a, const void* b) {{
+  int64_t x = ((const coiter_pair*)a)->key, y = ((const coiter_pair*)b)->key;
+  return (x > y) - (x < y);
+}}
+static int coiter_sort_pairs(int64_t* key, int64_t* at, int64_t n) {{
+  if (n < 2) return 0;
+  coiter_pair* t = (coiter_pair*)malloc((size_t)n * sizeof(coiter_pair));
+  if (!t) return 1;
+  for (int64_t q = 0; q < n; q++) {{ t[q].key = key[q]; t[q].at = at[q]; }}
+  qsort(t, (size_t)n, sizeof(coiter_pair), coiter_cmp_pair);
+  for (int64_t q = 0; q < n; q++) {{ key[q] = t[q].key; at[q] = t[q].at; }}
+  free(t);
+  return 0;
 }}
 """
 
@@ -110,6 +147,19 @@ def _(e: Min, prec: int = 0) -> str:
     for a in e.args[1:]:
         out = f"COITER_MIN({out}, {expr(a)})"
     return out
+
+
+@expr.register
+def _(e: Max, prec: int = 0) -> str:
+    out = expr(e.args[0])
+    for a in e.args[1:]:
+        out = f"COITER_MAX({out}, {expr(a)})"
+    return out
+
+
+@expr.register
+def _(e: Select, prec: int = 0) -> str:
+    return f"({expr(e.cond, 1)} ? {expr(e.a, 1)} : {expr(e.b, 1)})"
 
 
 @expr.register

@@ -51,6 +51,20 @@ class Min(IRExpr):
 
 
 @dataclass(frozen=True)
+class Max(IRExpr):
+    args: tuple[IRExpr, ...]
+
+
+@dataclass(frozen=True)
+class Select(IRExpr):
+    """``cond ? a : b``."""
+
+    cond: IRExpr
+    a: IRExpr
+    b: IRExpr
+
+
+@dataclass(frozen=True)
 class Call(IRExpr):
     fn: str
     args: tuple[IRExpr, ...]

@@ -79,6 +79,30 @@ def sparse_iters(p: Point) -> list[Iter]:
     return sorted(p, key=Iter.sort_key)
 
 
+def locate_where_possible(lattice: Lattice, locatable: Callable[[Iter], bool]) -> Lattice:
+    """Drop iterators whose level can locate from every point where another, non-locatable
+    iterator is walked anyway (an intersection): they are located instead of co-iterated.
+
+    A locatable iterator stays in the lattice when some point has nothing else to walk
+    (a union, or it is the only sparse operand), since locating there would visit the
+    whole range of the variable.
+    """
+    points = lattice.points
+    located = {
+        it for it in lattice.iterators if locatable(it)
+        and all(any(not locatable(o) for o in p) for p in points if it in p)
+    }
+    if not located:
+        return lattice
+    out: list[Point] = []
+    for p in points:
+        q = frozenset(p - located)
+        if q not in out:
+            out.append(q)
+    out.sort(key=len, reverse=True)
+    return Lattice(tuple(out))
+
+
 def build_lattice(e: Expr, iter_of: Callable[[Access], Iter | None]) -> Lattice:
     """Merge lattice of ``e`` for one index variable.
 

@@ -27,9 +27,10 @@ from ..errors import FormatError
 from ..formats.levels.base import LevelNames, ParentPos
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function,
-    If, IRExpr, IRStmt, Load, Min, Param, Return, Un, Var, While, add, block, conj, eq, lt, mul,
+    If, IRExpr, IRStmt, Load, Max, Min, Param, Return, Select, Un, Var, While, add, block, conj, eq,
+    lt, mul,
 )
-from ..lattice.lattice import Iter, Lattice, Point, build_lattice, sparse_iters
+from ..lattice.lattice import Iter, Lattice, Point, build_lattice, locate_where_possible, sparse_iters
 from ..notation.ast import (
     Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
 )
@@ -100,6 +101,32 @@ class _Group:
     members: list[int]
     counter: str = ""
     cap: str = ""
+
+
+@dataclass(frozen=True)
+class _SortedScratch:
+    """An unordered (or gapped) level seen through a scratch array of its valid positions
+    sorted by coordinate: the paper's reordering conversion, so it can be co-iterated or
+    appended in order. Quacks like the level for the functions lowering calls."""
+
+    level: object  # the Level being reordered
+    names: LevelNames
+    key: str  # scratch array of coordinates
+    at: str  # scratch array of the level positions they come from
+    count: str
+
+    @property
+    def unique(self) -> bool:
+        return self.level.unique
+
+    def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple = ()) -> IRExpr:
+        return Load(self.key, p)
+
+    def pos_found(self, names: LevelNames, p: IRExpr) -> None:
+        return None
+
+    def child_position(self, names: LevelNames, p: IRExpr, coord: IRExpr, parent: IRExpr) -> IRExpr:
+        return self.level.child_position(names, Load(self.at, p), coord, parent)
 
 
 # ------------------------------------------------------------------ helpers on expressions
@@ -245,6 +272,7 @@ class Lowerer:
         self.vn: dict[IndexVar, str] = {}
         self.extent: dict[IndexVar, IRExpr] = {}
         self.iter_names: dict[Iter, tuple[str, str]] = {}
+        self.views: dict[Iter, _SortedScratch] = {}
         self.result = prog.result
         rdecl = self.decls[self.result]
         self.result_allocated = not rdecl.format.is_dense
@@ -307,9 +335,16 @@ class Lowerer:
             k += 1
         return k
 
-    def resolve(self, scope: Scope, accs: Iterable[Access], lhs: frozenset = frozenset()) -> Scope:
-        """Locate every level whose coordinate is known and that can locate (results: insert)."""
+    def resolve(
+        self, scope: Scope, accs: Iterable[Access], lhs: frozenset = frozenset()
+    ) -> tuple[Scope, list[IRStmt]]:
+        """Locate every level whose coordinate is known and that can locate (results: insert).
+
+        Positions from a locate that may miss are computed once into a variable; the
+        statements doing so come back with the new scope.
+        """
         new: dict[tuple[Access, int], ParentPos] = {}
+        stmts: list[IRStmt] = []
         for a in accs:
             decl = self.decls[a.tensor]
             if decl.role == "temp":
@@ -325,9 +360,16 @@ class Lowerer:
                 parent = new.get((a, k - 1)) or scope.pos.get((a, k - 1)) or ParentPos(Const(0))
                 if parent.hi is not None:
                     raise FormatError(f"{a.tensor}: a locate level below a non-unique level")
-                new[(a, k)] = ParentPos(level.locate(self.names(a.tensor, k), parent.lo, scope.coords[v]))
+                names = self.names(a.tensor, k)
+                at = level.locate(names, parent.lo, scope.coords[v])
+                may_fail = parent.may_fail or level.locate_may_fail
+                if level.locate_may_fail:
+                    pname = self._unique(f"p{names.tensor}{names.k}")
+                    stmts.append(Decl("int64_t", pname, at))
+                    at = Var(pname)
+                new[(a, k)] = ParentPos(at, may_fail=may_fail)
                 k += 1
-        return scope.with_pos(new.items()) if new else scope
+        return (scope.with_pos(new.items()) if new else scope), stmts
 
     # -- statements ----------------------------------------------------------------------
     def lower(self, s: Stmt, scope: Scope) -> list[IRStmt]:
@@ -358,15 +400,14 @@ class Lowerer:
         return out
 
     def lower_assign(self, s: Assign, scope: Scope) -> list[IRStmt]:
-        scope = self.resolve(scope, _stmt_accesses(s), frozenset({s.lhs}))
+        scope, out = self.resolve(scope, _stmt_accesses(s), frozenset({s.lhs}))
         lhs = s.lhs
         decl = self.decls[lhs.tensor]
         op = "+=" if s.accumulate else "="
         if decl.role == "temp":
-            return [IRAssign(Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope), op)]
+            return out + [IRAssign(Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope), op)]
         if decl.role == "result" and self.mode == "assemble":
             return []
-        out: list[IRStmt] = []
         if decl.order == 0:
             pos: IRExpr = Const(0)
         else:
@@ -384,8 +425,10 @@ class Lowerer:
             decl = self.decls[e.tensor]
             if decl.role == "temp":
                 return Var(self.cn[e.tensor])
-            pos = Const(0) if decl.order == 0 else scope.pos[(e, decl.order - 1)].lo
-            load: IRExpr = Load(self.vals(e.tensor), pos)
+            where = ParentPos(Const(0)) if decl.order == 0 else scope.pos[(e, decl.order - 1)]
+            load: IRExpr = Load(self.vals(e.tensor), where.lo)
+            if where.may_fail:  # an absent entry reads as zero
+                load = Select(Bin(">=", where.lo, Const(0)), load, Const(0))
             # compute in the result's type, as NumPy does (e.g. int32 * int32 into int64)
             if self.vtype[e.tensor] != self.vtype[self.result]:
                 load = Cast(self.vtype[self.result], load)
@@ -408,16 +451,61 @@ class Lowerer:
             if k >= decl.order:
                 return None
             level = decl.format.levels[k]
-            if self.level_var(a, k) != v or level.has_locate:
+            if self.level_var(a, k) != v or (level.has_locate and level.full):
                 return None
             return Iter(a, k, v)
 
         return get
 
+    def _locatable(self, it: Iter) -> bool:
+        return self.fmt(it.access.tensor).levels[it.level].has_locate
+
+    def _level(self, it: Iter):
+        """The level an iterator walks (its sorted scratch view when reordered)."""
+        return self.views.get(it) or self.fmt(it.access.tensor).levels[it.level]
+
+    def _ancestors(self, scope: Scope, a: Access, k: int) -> tuple[IRExpr, ...]:
+        return tuple(scope.coords[self.level_var(a, j)] for j in range(k))
+
+    def _needs_order(self, it: Iter, lattice: Lattice, appends: bool) -> bool:
+        """Whether an iterator must be walked through a sorted scratch array: its level is
+        unordered or has gaps, and the loop merges iterators or appends coordinates."""
+        level = self.fmt(it.access.tensor).levels[it.level]
+        names = self.names(it.access.tensor, it.level)
+        if level.ordered and level.pos_found(names, Var("p")) is None:
+            return False
+        merges = lattice.full_range or len(lattice.iterators) > 1 or len(lattice.points) > 1
+        return merges or appends
+
+    def _scratch(self, it: Iter, begin: IRExpr, end: IRExpr, scope: Scope) -> list[IRStmt]:
+        """Collect the valid positions of ``it`` in ``[begin, end)`` sorted by coordinate."""
+        level = self.fmt(it.access.tensor).levels[it.level]
+        names = self.names(it.access.tensor, it.level)
+        base = f"p{names.tensor}{names.k}"
+        key, at, n, q = (self._unique(f"{base}_{x}") for x in ("key", "at", "n", "q"))
+        self.views[it] = _SortedScratch(level, names, key, at, n)
+        size = Max((Bin("-", end, begin), Const(1)))
+        out: list[IRStmt] = []
+        for arr in (key, at):
+            out.append(Decl("int64_t*", arr, Cast("int64_t*", Call(
+                "malloc", (mul(size, Call("sizeof", (Var("int64_t"),))),)))))
+            out.append(If(Un("!", Var(arr)), block(Return(Const(1)))))
+        out.append(Decl("int64_t", n, Const(0)))
+        record = block(
+            IRAssign(Load(key, Var(n)), level.pos_access(names, Var(q), self._ancestors(scope, it.access, it.level))),
+            IRAssign(Load(at, Var(n)), Var(q)),
+            IRAssign(Var(n), Const(1), "+="),
+        )
+        found = level.pos_found(names, Var(q))
+        out.append(For(q, "int64_t", begin, end, block(If(found, record) if found is not None else record)))
+        out.append(If(Call("coiter_sort_pairs", (Var(key), Var(at), Var(n))), block(Return(Const(1)))))
+        return out
+
     def lower_forall(self, f: Forall, scope: Scope) -> list[IRStmt]:
         v = f.var
         vname = self.var(v)
         lattice = build_lattice(value_expr(f.body), self.iter_of(scope, v))
+        lattice = locate_where_possible(lattice, self._locatable)
         iters = lattice.iterators
         extent = self.extent[v]
         out: list[IRStmt] = []
@@ -430,13 +518,20 @@ class Lowerer:
             out.append(Decl("int64_t", begins[g.head], Var(g.counter)))
 
         bounds: dict[Iter, tuple[IRExpr, IRExpr]] = {}
+        scratch: list[str] = []
         for it in iters:
             base = f"p{self.cn[it.access.tensor]}{it.level + 1}"
             self.iter_names[it] = (self._unique(base), self._unique(f"{base}_end"))
             names = self.names(it.access.tensor, it.level)
+            level = self.fmt(it.access.tensor).levels[it.level]
             parent = scope.pos.get((it.access, it.level - 1), ParentPos(Const(0)))
-            bounds[it] = self.fmt(it.access.tensor).levels[it.level].pos_bounds(names, parent)
-            out += self.fmt(it.access.tensor).levels[it.level].iter_init(names)
+            bounds[it] = level.pos_bounds(names, parent, self._ancestors(scope, it.access, it.level))
+            out += level.iter_init(names)
+            if self._needs_order(it, lattice, bool(bottoms)):
+                out += self._scratch(it, *bounds[it], scope)
+                view = self.views[it]
+                bounds[it] = (Const(0), Var(view.count))
+                scratch += [view.key, view.at]
 
         single = len(lattice.points) == 1
         if lattice.points == (frozenset(),):
@@ -458,6 +553,8 @@ class Lowerer:
             for point in lattice.points:
                 out.append(self._point_loop(f.body, scope, v, lattice, point, bottoms))
 
+        for arr in scratch:
+            out.append(ExprStmt(Call("free", (Var(arr),))))
         for a, g in heads:
             parent = scope.pos.get((a, g.head - 1), ParentPos(Const(0))).lo
             if self.mode != "compute":
@@ -467,7 +564,7 @@ class Lowerer:
         return out
 
     def _unique_iter(self, it: Iter) -> bool:
-        return self.fmt(it.access.tensor).levels[it.level].unique
+        return self._level(it).unique
 
     def _iter_names(self, it: Iter) -> tuple[str, str]:
         return self.iter_names[it]
@@ -518,12 +615,16 @@ class Lowerer:
         coord: dict[Iter, IRExpr] = {}
         nxt: dict[Iter, IRExpr] = {}
         seg: dict[Iter, IRExpr | None] = {}
+        found: IRExpr | None = None
         for it in its:
             p, pend = self._iter_names(it)
-            level = self.fmt(it.access.tensor).levels[it.level]
+            level = self._level(it)
             names = self.names(it.access.tensor, it.level)
+            ancestors = self._ancestors(scope, it.access, it.level)
             cname = self._unique(f"{vname}{self.cn[it.access.tensor]}") if merged else vname
-            out.append(Decl("int64_t", cname, level.pos_access(names, Var(p))))
+            out.append(Decl("int64_t", cname, level.pos_access(names, Var(p), ancestors)))
+            if not merged:  # a lone iterator skips gaps (merged ones walk sorted scratch arrays)
+                found = level.pos_found(names, Var(p))
             coord[it] = Var(cname)
             if level.unique:
                 nxt[it], seg[it] = add(Var(p), Const(1)), None
@@ -531,7 +632,8 @@ class Lowerer:
                 send = self._unique(f"{p}_segend")
                 out.append(Decl("int64_t", send, add(Var(p), Const(1))))
                 out.append(While(
-                    conj([lt(Var(send), Var(pend)), eq(level.pos_access(names, Var(send)), Var(cname))]),
+                    conj([lt(Var(send), Var(pend)),
+                          eq(level.pos_access(names, Var(send), ancestors), Var(cname))]),
                     block(IRAssign(Var(send), Const(1), "+="))))
                 nxt[it], seg[it] = Var(send), Var(send)
         if merged and not full:
@@ -551,7 +653,8 @@ class Lowerer:
             else:
                 chain = If(conj(conds), case, chain)
         if chain is not None:
-            out += list(chain.stmts) if isinstance(chain, Block) else [chain]
+            cases = list(chain.stmts) if isinstance(chain, Block) else [chain]
+            out += [If(found, block(cases))] if found is not None else cases
 
         for it in its if advance else ():
             p, _ = self._iter_names(it)
@@ -573,8 +676,8 @@ class Lowerer:
         items = []
         for it, (c, s) in present.items():
             p, _ = self._iter_names(it)
-            level = self.fmt(it.access.tensor).levels[it.level]
-            lo = level.child_position(self.names(it.access.tensor, it.level), Var(p), c)
+            parent = scope.pos.get((it.access, it.level - 1), ParentPos(Const(0))).lo
+            lo = self._level(it).child_position(self.names(it.access.tensor, it.level), Var(p), c, parent)
             items.append(((it.access, it.level), ParentPos(lo, s)))
         out: list[IRStmt] = []
         # a group directly above another appends only if its child group produced entries
@@ -591,7 +694,8 @@ class Lowerer:
                 out.append(Decl("int64_t", start, Var(child.counter)))
         # dense result levels between groups are located in resolve
         scope = scope.with_pos(items)
-        scope = self.resolve(scope, _stmt_accesses(restricted), _lhs_accesses(restricted))
+        scope, located = self.resolve(scope, _stmt_accesses(restricted), _lhs_accesses(restricted))
+        out += located
         out += self.lower(restricted, scope)
         for a, g in bottoms:
             append = self._append(a, g, scope)

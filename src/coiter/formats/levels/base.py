@@ -33,6 +33,14 @@ class LevelNames:
     def array(self, name: str) -> str:
         return f"{self.tensor}{self.k}_{name}"
 
+    def sibling(self, delta: int) -> LevelNames:
+        """Names of the level ``delta`` levels below (positive) or above (negative) this one.
+
+        Levels that share arrays (DIA's offset level reads the range level's ``offset``)
+        reach them through this.
+        """
+        return LevelNames(self.tensor, self.k + delta)
+
     @property
     def dimension(self) -> Var:
         return Var(f"{self.tensor}{self.k}_dimension")
@@ -44,6 +52,7 @@ class ParentPos:
 
     lo: IRExpr
     hi: IRExpr | None = None  # set when the parent level is non-unique
+    may_fail: bool = False  # located by a level whose locate can miss (lo < 0 then)
 
 
 @dataclass(frozen=True)
@@ -75,8 +84,13 @@ class Level(ABC):
     # --- capabilities ---------------------------------------------------------------------
     has_locate: ClassVar[bool] = False
     has_pos_iter: ClassVar[bool] = False
+    # coordinate value iteration: the iterator walks coordinates, ``pos_bounds`` bounds
+    # them and ``child_position`` maps one to its position (Range)
+    has_coord_iter: ClassVar[bool] = False
     has_insert: ClassVar[bool] = False
     has_append: ClassVar[bool] = False
+    # locate may report "not found" (a negative position): reads of values guard on it
+    locate_may_fail: ClassVar[bool] = False
 
     def format_letter(self) -> str:
         """Letter in TACO's format strings for this configuration."""
@@ -91,20 +105,32 @@ class Level(ABC):
         return self.kind + (f"({', '.join(flags)})" if flags else "")
 
     # --- iteration (IR) ----------------------------------------------------------------------
-    def pos_bounds(self, names: LevelNames, parent: ParentPos) -> tuple[IRExpr, IRExpr]:
-        """Positions ``[begin, end)`` that are children of ``parent`` (position iteration)."""
+    # ``ancestors`` are the coordinates of the levels above, outermost first: range and
+    # offset levels compute bounds and coordinates from them (the paper's i_1..i_{k-1}).
+    def pos_bounds(
+        self, names: LevelNames, parent: ParentPos, ancestors: tuple[IRExpr, ...] = ()
+    ) -> tuple[IRExpr, IRExpr]:
+        """Iterator range ``[begin, end)`` under ``parent``: positions (position iteration)
+        or coordinates (coordinate value iteration)."""
         raise TypeError(f"{self.kind} levels have no position iteration")
 
-    def pos_access(self, names: LevelNames, p: IRExpr) -> IRExpr:
-        """Coordinate stored at position ``p``."""
+    def pos_access(
+        self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()
+    ) -> IRExpr:
+        """Coordinate at iterator value ``p``."""
         raise TypeError(f"{self.kind} levels have no position iteration")
+
+    def pos_found(self, names: LevelNames, p: IRExpr) -> IRExpr | None:
+        """Condition that iterator value ``p`` encodes a coordinate (None: always)."""
+        return None
 
     def locate(self, names: LevelNames, parent: IRExpr, coord: IRExpr) -> IRExpr:
-        """Position of coordinate ``coord`` under parent position ``parent``."""
+        """Position of coordinate ``coord`` under parent position ``parent``
+        (negative when absent, for levels with ``locate_may_fail``)."""
         raise TypeError(f"{self.kind} levels have no locate")
 
-    def child_position(self, names: LevelNames, p: IRExpr, coord: IRExpr) -> IRExpr:
-        """Position that children and values use for iterator position ``p`` (usually ``p``)."""
+    def child_position(self, names: LevelNames, p: IRExpr, coord: IRExpr, parent: IRExpr) -> IRExpr:
+        """Position that children and values use for iterator value ``p`` (usually ``p``)."""
         return p
 
     def iter_init(self, names: LevelNames) -> list[IRStmt]:

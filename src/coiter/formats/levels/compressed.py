@@ -25,12 +25,14 @@ class Compressed(Level):
         return "s" if self.unique else "u"
 
     # -- iteration
-    def pos_bounds(self, names: LevelNames, parent: ParentPos) -> tuple[IRExpr, IRExpr]:
+    def pos_bounds(
+        self, names: LevelNames, parent: ParentPos, ancestors: tuple[IRExpr, ...] = ()
+    ) -> tuple[IRExpr, IRExpr]:
         pos = names.array("pos")
         hi = parent.hi if parent.hi is not None else add(parent.lo, Const(1))
         return Load(pos, parent.lo), Load(pos, hi)
 
-    def pos_access(self, names: LevelNames, p: IRExpr) -> IRExpr:
+    def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return Load(names.array("crd"), p)
 
     # -- assembly: pos holds per-parent counts until append_finalize turns them into offsets

@@ -24,11 +24,13 @@ class Singleton(Level):
     def format_letter(self) -> str:
         return "q" if self.unique else "c"
 
-    def pos_bounds(self, names: LevelNames, parent: ParentPos) -> tuple[IRExpr, IRExpr]:
+    def pos_bounds(
+        self, names: LevelNames, parent: ParentPos, ancestors: tuple[IRExpr, ...] = ()
+    ) -> tuple[IRExpr, IRExpr]:
         hi = parent.hi if parent.hi is not None else add(parent.lo, Const(1))
         return parent.lo, hi
 
-    def pos_access(self, names: LevelNames, p: IRExpr) -> IRExpr:
+    def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return Load(names.array("crd"), p)
 
     def append_coord(self, names: LevelNames, p: IRExpr, coord: IRExpr) -> list[IRStmt]:

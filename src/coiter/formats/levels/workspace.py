@@ -32,13 +32,15 @@ class WorkspaceList(Level):
     def count(names: LevelNames) -> Var:
         return Var(names.array("count"))
 
-    def pos_bounds(self, names: LevelNames, parent: ParentPos) -> tuple[IRExpr, IRExpr]:
+    def pos_bounds(
+        self, names: LevelNames, parent: ParentPos, ancestors: tuple[IRExpr, ...] = ()
+    ) -> tuple[IRExpr, IRExpr]:
         return Const(0), self.count(names)
 
-    def pos_access(self, names: LevelNames, p: IRExpr) -> IRExpr:
+    def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return Load(names.array("list"), p)
 
-    def child_position(self, names: LevelNames, p: IRExpr, coord: IRExpr) -> IRExpr:
+    def child_position(self, names: LevelNames, p: IRExpr, coord: IRExpr, parent: IRExpr) -> IRExpr:
         return coord
 
     def iter_init(self, names: LevelNames) -> list[IRStmt]:
