@@ -10,8 +10,9 @@ from .errors import (
     ShapeError,
 )
 from .formats import (
-    Compressed, Dense, Format, Level, Singleton, coo, csc, csf, csr, dcsc, dcsr, dense,
-    parse_format, register_level,
+    Compressed, Dense, Format, Hashed, Layout, Level, LevelCoord, LevelNames, Offset,
+    PaddedSingleton, ParentPos, Range, Singleton, bcoo, bcsr, coo, csb, csc, csf, csr, dcsc, dcsr,
+    dense, dia, ell, hash_matrix, hash_vector, parse_format, register_level, sparse_vector,
 )
 from .formats.io import read, write
 from .notation.ast import Assignment, IndexVar
@@ -24,8 +25,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "compile", "evaluate", "einsum", "default_result_format", "parse", "Kernel", "Tensor",
-    "index_vars", "IndexVar", "Assignment", "read", "write", "Format", "Level", "Dense",
-    "Compressed", "Singleton", "register_level", "parse_format", "coo", "csc", "csf", "csr",
-    "dcsc", "dcsr", "dense", "CoiterError", "CompileError", "DTypeError", "FormatError",
+    "index_vars", "IndexVar", "Assignment", "read", "write", "Format", "Level", "LevelNames",
+    "ParentPos", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed", "Range",
+    "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf", "csr",
+    "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector", "hash_matrix",
+    "sparse_vector", "CoiterError", "CompileError", "DTypeError", "FormatError",
     "KernelError", "ParseError", "ScheduleError", "ShapeError",
 ]

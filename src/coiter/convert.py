@@ -8,6 +8,10 @@
   lexicographically in the target ordering, and a second generated kernel packs
   that sorted COO into the target.
 * Dense sources are packed from their nonzeros, so explicit zeros are not stored.
+* Formats with a layout (blocked, DIA, ELL) and targets kernels cannot assemble
+  directly (hashed levels) go through coordinates: the layout or the levels unpack
+  the source and pack the target in NumPy (for DIA: find the occupied diagonals, then
+  fill them).
 """
 from __future__ import annotations
 
@@ -57,7 +61,8 @@ def convert(storage: Storage, fmt: Format) -> Storage:
     """``storage`` re-stored in ``fmt`` (same shape, values and index width)."""
     if storage.format == fmt:
         return storage
-    if storage.format.is_dense or fmt.order == 0:
+    via_coords = storage.format.layout is not None or not fmt.assemblable
+    if storage.format.is_dense or fmt.order == 0 or via_coords:
         coords, vals = storage.to_coords()
         keep = vals != 0
         return Storage.from_coords(coords[:, keep], vals[keep], storage.shape, fmt,

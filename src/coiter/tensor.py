@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import DTypeError, FormatError, ShapeError
-from .formats.format import Format, FormatLike, as_format, coo, csc, csr
+from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, dia
 from .formats.levels import Compressed, Dense
 from .formats.storage import Storage
 from .notation.ast import Access, Assignment, IndexVar, accesses, as_expr
@@ -171,6 +171,40 @@ def _coo_storage(m: Any, fmt: Format, name: str) -> Storage:
     return _packed(np.stack(cols), vals, shape, fmt)
 
 
+def _dia_storage(m: Any, fmt: Format, name: str) -> Storage | None:
+    """Storage of a SciPy DIA matrix in coiter's DIA format, sharing ``data`` when its rows
+    span exactly the columns and it is C-contiguous; None when ``fmt`` is another format."""
+    if fmt != dia():
+        return None
+    rows, cols = (int(d) for d in m.shape)
+    offsets = np.asarray(m.offsets)
+    itype = offsets.dtype if offsets.dtype in _INDEX_DTYPES else np.dtype(np.int64)
+    data = np.asarray(m.data)
+    if data.shape[1] != cols:  # SciPy allows shorter or longer rows; ours span the columns
+        fixed = np.zeros((data.shape[0], cols), dtype=data.dtype)
+        w = min(cols, data.shape[1])
+        fixed[:, :w] = data[:, :w]
+        data = fixed
+    st = Storage(fmt, (rows, cols), ({}, {"offset": np.ascontiguousarray(offsets, dtype=itype)}, {}),
+                 np.ascontiguousarray(data).reshape(-1))
+    st.validate(name)
+    return st
+
+
+def _bsr_storage(m: Any, fmt: Format, name: str) -> Storage | None:
+    """Storage of a SciPy BSR matrix in coiter's BCSR format of the same block size, sharing
+    its arrays when its blocks are canonical; None when ``fmt`` is another format."""
+    if fmt != bcsr(m.blocksize):
+        return None
+    pos, crd = _index_pair(m.indptr, m.indices)
+    if not _segments_canonical(pos, crd):
+        return None
+    data = np.ascontiguousarray(m.data).reshape(-1)
+    st = Storage(fmt, tuple(int(d) for d in m.shape), ({}, {"pos": pos, "crd": crd}, {}, {}), data)
+    st.validate(name)
+    return st
+
+
 # ------------------------------------------------------------------------- Tensor
 
 
@@ -237,14 +271,23 @@ class Tensor:
     def from_scipy(cls, m: Any, format: FormatLike | None = None, name: str | None = None) -> Tensor:
         """Tensor holding SciPy sparse matrix or array ``m``, in its own layout by default.
 
-        CSR stays CSR, CSC stays CSC, COO stays COO and other kinds become CSR.
-        Canonical CSR/CSC data is shared, not copied; unsorted or duplicate entries
-        are sorted and summed. Malformed data raises FormatError.
+        CSR stays CSR, CSC stays CSC, COO stays COO, DIA stays DIA, BSR becomes BCSR
+        and other kinds become CSR. Canonical CSR/CSC/BSR data and DIA data spanning the
+        columns are shared, not copied; unsorted or duplicate entries are sorted and
+        summed. Malformed data raises FormatError.
         """
         if not sp.issparse(m):
             raise TypeError(f"expected a SciPy sparse matrix or array, got {type(m).__name__}")
         check_dtype(m.dtype)
         name = _check_name(name)
+        if m.format in ("dia", "bsr"):
+            native_fmt = dia() if m.format == "dia" else bcsr(m.blocksize)
+            fmt = as_format(format, 2, native_fmt)
+            st = (_dia_storage if m.format == "dia" else _bsr_storage)(m, fmt, name)
+            if st is not None:
+                return cls._wrap(st, name)
+            m = m.tocoo()
+            return cls._wrap(_coo_storage(m, fmt, name), name)
         native = {"csr": csr, "csc": csc}.get(m.format)
         if native is None and m.format != "coo":
             m, native = m.tocoo(), (csr if m.ndim == 2 else None)
@@ -348,6 +391,9 @@ class Tensor:
             nnz = int(pos[-1])
             kind = sp.csr_array if s.format == csr else sp.csc_array
             return kind((s.vals[:nnz], crd[:nnz], pos), shape=s.shape)
+        if s.format == dia():
+            offsets = s.levels[1]["offset"]
+            return sp.dia_array((s.vals.reshape(offsets.shape[0], s.shape[1]), offsets), shape=s.shape)
         if s.format.is_dense:
             return sp.coo_array(self.to_numpy())
         coords, vals = s.to_coords()

@@ -1,8 +1,17 @@
-"""Formats: level plugins, Format, storage, conversion and file I/O."""
-from .format import Format, FormatLike, as_format, coo, csc, csf, csr, dcsc, dcsr, dense, parse_format
-from .levels import Compressed, Dense, Level, Singleton, register_level
+"""Formats: level plugins, Format, layouts, storage, conversion and file I/O."""
+from .format import (
+    Format, FormatLike, as_format, bcoo, bcsr, coo, csb, csc, csf, csr, dcsc, dcsr, dense, dia, ell,
+    hash_matrix, hash_vector, parse_format, sparse_vector,
+)
+from .layout import Layout, LevelCoord
+from .levels import (
+    Compressed, Dense, Hashed, Level, LevelNames, Offset, PaddedSingleton, ParentPos, Range,
+    Singleton, register_level,
+)
 
 __all__ = [
     "Format", "FormatLike", "as_format", "parse_format", "coo", "csf", "csr", "csc", "dcsr",
-    "dcsc", "dense", "Level", "Dense", "Compressed", "Singleton", "register_level",
+    "dcsc", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector", "hash_matrix",
+    "sparse_vector", "Layout", "LevelCoord", "Level", "LevelNames", "ParentPos", "Dense",
+    "Compressed", "Singleton", "Hashed", "Range", "Offset", "PaddedSingleton", "register_level",
 ]

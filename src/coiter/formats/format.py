@@ -5,7 +5,12 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 from ..errors import FormatError
+from .layout import DiagonalLayout, Layout, LevelCoord, SlotLayout, block_layout
 from .levels import Compressed, Dense, Level, Singleton, level_for_letter
+from .levels.hashed import Hashed
+from .levels.offset import Offset
+from .levels.padded import PaddedSingleton
+from .levels.range import Range
 
 
 @dataclass(frozen=True)
@@ -13,12 +18,17 @@ class Format:
     """Storage format of an order-n tensor.
 
     ``levels[k]`` stores mode ``ordering[k]``; ``ordering`` defaults to the identity.
+    With a ``layout`` (blocked, DIA, ELL formats) the levels are not one per mode: the
+    layout says which coordinate each level stores, and ``ordering`` is the identity
+    over the levels.
     """
 
     levels: tuple[Level, ...]
     ordering: tuple[int, ...]
+    layout: Layout | None
 
-    def __init__(self, levels: Sequence[Level | str], ordering: Sequence[int] | None = None) -> None:
+    def __init__(self, levels: Sequence[Level | str], ordering: Sequence[int] | None = None,
+                 layout: Layout | None = None) -> None:
         lv: list[Level] = []
         for x in levels:
             if isinstance(x, Level):
@@ -37,17 +47,42 @@ class Format:
             if isinstance(level, Dense) and not parent_unique:
                 raise FormatError(f"level {k + 1} is dense below a non-unique level")
             if level.branchless and k == 0:
-                raise FormatError("a singleton level cannot be the first level")
+                raise FormatError(f"a {level.kind} level cannot be the first level")
+        if layout is not None and (len(layout.coords) != len(lv) or ordering is not None):
+            raise FormatError(f"layout {layout.name} describes {len(layout.coords)} levels, "
+                              f"the format has {len(lv)} (and no mode ordering)")
         object.__setattr__(self, "levels", tuple(lv))
         object.__setattr__(self, "ordering", order)
+        object.__setattr__(self, "layout", layout)
 
     @property
     def order(self) -> int:
-        return len(self.levels)
+        """Order of the tensors this format stores."""
+        return self.layout.order if self.layout is not None else len(self.levels)
 
     @property
     def is_dense(self) -> bool:
-        return all(isinstance(lv, Dense) for lv in self.levels)
+        return self.layout is None and all(isinstance(lv, Dense) for lv in self.levels)
+
+    @property
+    def physical(self) -> Format:
+        """The levels alone, one per level coordinate (what kernels iterate)."""
+        return Format(self.levels)
+
+    @property
+    def assemblable(self) -> bool:
+        """Whether kernels can build this format directly: every level appends or is full
+        and inserts (dense), and no layout is involved. Other result formats are computed
+        in :meth:`assembly_format` and converted."""
+        return self.layout is None and all(
+            lv.has_append or (lv.has_insert and lv.full) for lv in self.levels)
+
+    def assembly_format(self) -> Format:
+        """The format a result in this format is first computed in: itself when
+        :attr:`assemblable`, else COO over the same modes."""
+        if self.assemblable:
+            return self
+        return coo(self.order) if self.order else self
 
     @property
     def is_identity_ordered(self) -> bool:
@@ -58,7 +93,9 @@ class Format:
         return Format(self.levels, ordering)
 
     def to_string(self) -> str:
-        """TACO format string, e.g. ``"ds:1,0"``."""
+        """TACO format string, e.g. ``"ds:1,0"`` (the layout's name for DIA, ELL, BCSR...)."""
+        if self.layout is not None:
+            return self.layout.name
         s = "".join(lv.format_letter() for lv in self.levels)
         if not self.is_identity_ordered:
             s += ":" + ",".join(str(o) for o in self.ordering)
@@ -105,7 +142,7 @@ def as_format(fmt: FormatLike | None, order: int, default: Format | None = None)
     if not isinstance(fmt, Format):
         raise FormatError(f"not a format: {fmt!r}")
     if fmt.order != order:
-        raise FormatError(f"format {fmt} has {fmt.order} levels for an order-{order} tensor")
+        raise FormatError(f"format {fmt} is for order-{fmt.order} tensors, not order {order}")
     return fmt
 
 
@@ -138,3 +175,55 @@ csr = Format([Dense(), Compressed()])
 csc = Format([Dense(), Compressed()], (1, 0))
 dcsr = Format([Compressed(), Compressed()])
 dcsc = Format([Compressed(), Compressed()], (1, 0))
+
+
+def sparse_vector() -> Format:
+    """A vector as one compressed level (sorted coordinates and values)."""
+    return Format([Compressed()])
+
+
+def hash_vector() -> Format:
+    """A vector as one hash table (linear probing; unordered)."""
+    return Format([Hashed()])
+
+
+def hash_matrix(ordering: Sequence[int] | None = None) -> Format:
+    """Dense rows, each a hash table of its columns."""
+    return Format([Dense(), Hashed()], ordering)
+
+
+def ell() -> Format:
+    """ELLPACK: every row stores the same number of slots; unused slots are padding.
+
+    Levels: dense rows, dense slots (hidden), padded-singleton columns.
+    """
+    layout = SlotLayout("ell", (LevelCoord(0), LevelCoord(None), LevelCoord(1)), 2)
+    return Format([Dense(), Dense(), PaddedSingleton()], layout=layout)
+
+
+def dia() -> Format:
+    """Diagonal storage in SciPy's layout: ``vals[d, j]`` holds ``A[j - offset[d], j]``.
+
+    Levels: dense diagonals (hidden), a range level over columns and an offset level
+    deriving the row; SciPy ``dia_array`` data with full-width rows is shared zero-copy.
+    """
+    layout = DiagonalLayout("dia", (LevelCoord(None), LevelCoord(1), LevelCoord(0)), 2, sign=-1)
+    return Format([Dense(), Range(sign=-1), Offset(sign=-1)], layout=layout)
+
+
+def bcsr(block: Sequence[int] = (2, 2)) -> Format:
+    """Block CSR: a CSR matrix of dense ``block[0] × block[1]`` blocks (SciPy's BSR)."""
+    layout = block_layout("bcsr", [(0, False), (1, False), (0, True), (1, True)], tuple(block))
+    return Format([Dense(), Compressed(), Dense(), Dense()], layout=layout)
+
+
+def bcoo(block: Sequence[int] = (2, 2)) -> Format:
+    """Block COO: a coordinate list of dense blocks."""
+    layout = block_layout("bcoo", [(0, False), (1, False), (0, True), (1, True)], tuple(block))
+    return Format([Compressed(unique=False), Singleton(), Dense(), Dense()], layout=layout)
+
+
+def csb(block: Sequence[int] = (2, 2)) -> Format:
+    """Compressed sparse blocks: a dense grid of blocks, each a coordinate list."""
+    layout = block_layout("csb", [(0, False), (1, False), (0, True), (1, True)], tuple(block))
+    return Format([Dense(), Dense(), Compressed(unique=False), Singleton()], layout=layout)

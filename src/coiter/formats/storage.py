@@ -40,6 +40,9 @@ class Storage:
 
     @cached_property
     def level_dims(self) -> tuple[int, ...]:
+        """Extent of every level's coordinate (the layout's, for blocked/DIA/ELL formats)."""
+        if self.format.layout is not None:
+            return self.format.layout.level_dims(self.shape, self.levels)
         return tuple(self.shape[m] for m in self.format.ordering)
 
     @cached_property
@@ -70,7 +73,7 @@ class Storage:
     def validate(self, name: str = "tensor") -> None:
         """Check every invariant a kernel relies on; raise FormatError naming ``name``."""
         fmt = self.format
-        if len(self.shape) != fmt.order or len(self.levels) != fmt.order:
+        if len(self.shape) != fmt.order or len(self.levels) != len(fmt.levels):
             raise FormatError(f"{name}: format {fmt} does not match order {len(self.shape)}")
         if any(d < 0 for d in self.shape):
             raise ShapeError(f"{name}: negative dimension in shape {self.shape}")
@@ -102,6 +105,8 @@ class Storage:
     ) -> Storage:
         """Pack coordinates (order × nnz, any order, duplicates summed) into ``fmt``."""
         order = len(shape)
+        if fmt.layout is not None:
+            return cls._from_coords_layout(coords, values, shape, fmt, index_dtype)
         coords = np.asarray(coords, dtype=np.int64).reshape(order, -1)
         values = np.asarray(values).reshape(-1)
         if coords.shape[1] != values.shape[0]:
@@ -134,9 +139,32 @@ class Storage:
             vals[0] = values.sum()
         return cls(fmt, tuple(shape), tuple(levels), vals)
 
+    @classmethod
+    def _from_coords_layout(cls, coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...],
+                            fmt: Format, index_dtype: np.dtype | None) -> Storage:
+        """Pack into a format with a layout: sum duplicates, then let the layout place entries."""
+        assert fmt.layout is not None
+        order = len(shape)
+        coords = np.asarray(coords, dtype=np.int64).reshape(order, -1)
+        values = np.asarray(values).reshape(-1)
+        if coords.shape[1]:
+            flat = np.ravel_multi_index(tuple(coords), shape)
+            flat, inverse = np.unique(flat, return_inverse=True)
+            summed = np.zeros(flat.shape[0], dtype=values.dtype)
+            np.add.at(summed, inverse, values)
+            coords, values = np.stack(np.unravel_index(flat, shape)).astype(np.int64), summed
+        itype = index_dtype or choose_index_dtype(shape, coords.shape[1])
+        levels, vals = fmt.layout.pack(fmt.levels, coords, values, shape, itype)
+        return cls(fmt, tuple(shape), levels, vals)
+
     def to_coords(self) -> tuple[np.ndarray, np.ndarray]:
-        """Stored coordinates (order × n, in storage order of traversal) and their values."""
+        """Stored coordinates (order × n, in storage order of traversal) and their values.
+
+        Formats with a layout return their nonzero entries only (not block or row padding).
+        """
         fmt = self.format
+        if fmt.layout is not None:
+            return fmt.layout.unpack(fmt.levels, self.levels, self.vals, self.shape)
         pos = np.zeros(1, dtype=np.int64)
         per_level: list[np.ndarray] = []
         for level, arrays, dim in zip(fmt.levels, self.levels, self.level_dims):

@@ -6,6 +6,10 @@ from typing import Callable
 from .base import Level, LevelNames, Packed, ParentPos
 from .compressed import Compressed
 from .dense import Dense
+from .hashed import Hashed
+from .offset import Offset
+from .padded import PaddedSingleton
+from .range import Range
 from .singleton import Singleton
 
 _LETTERS: dict[str, Callable[[], Level]] = {}
@@ -28,8 +32,10 @@ register_level("s", Compressed)
 register_level("u", lambda: Compressed(unique=False))
 register_level("q", Singleton)
 register_level("c", lambda: Singleton(unique=False))
+register_level("p", PaddedSingleton)
+register_level("h", Hashed)
 
 __all__ = [
-    "Level", "LevelNames", "Packed", "ParentPos", "Dense", "Compressed", "Singleton",
-    "register_level", "level_for_letter",
+    "Level", "LevelNames", "Packed", "ParentPos", "Dense", "Compressed", "Singleton", "Hashed",
+    "Range", "Offset", "PaddedSingleton", "register_level", "level_for_letter",
 ]

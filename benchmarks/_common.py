@@ -1,0 +1,204 @@
+"""Shared helpers for the benchmark scripts: single-threaded setup, timing, checks, tables.
+
+Import this module before NumPy, SciPy or coiter: it pins every threading runtime
+(OpenMP, MKL, OpenBLAS, ...) to one thread through environment variables, which the
+runtimes read only when they load.
+
+Timing method (used by every benchmark that imports this): the function is run once and
+its result checked against a reference with ``numpy.testing.assert_allclose``; only then
+are ``warmup`` untimed calls and ``repeat`` timed calls (``time.perf_counter``) made, and
+the median, minimum and maximum of the timed calls are reported. Nothing asserts a time.
+"""
+from __future__ import annotations
+
+import os
+
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
+)
+for _var in THREAD_VARIABLES:
+    os.environ[_var] = "1"
+
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from statistics import median  # noqa: E402
+from typing import Any, Callable, Sequence  # noqa: E402
+
+import numpy as np  # noqa: E402
+import scipy  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call over ``runs`` timed calls."""
+
+    median: float
+    min: float
+    max: float
+    runs: int
+
+    def ms(self) -> str:
+        """Median in milliseconds, for tables."""
+        return f"{self.median * 1e3:.3f}"
+
+    def ms_range(self) -> str:
+        """``median [min-max]`` in milliseconds."""
+        return f"{self.median * 1e3:.3f} [{self.min * 1e3:.3f}-{self.max * 1e3:.3f}]"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A measurement that was not made, and why."""
+
+    reason: str
+
+    def ms(self) -> str:
+        return self.reason
+
+    ms_range = ms
+
+
+Result = Timing | Skipped
+
+
+def time_calls(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> Timing:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeat`` times timed; median/min/max."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return Timing(median(times), min(times), max(times), len(times))
+
+
+def as_array(out: Any) -> np.ndarray:
+    """Dense ndarray of a kernel result: coiter Tensor, SciPy sparse or array-like."""
+    if hasattr(out, "to_numpy"):
+        return out.to_numpy()
+    if hasattr(out, "toarray"):
+        return out.toarray()
+    return np.asarray(out)
+
+
+def close_to(ref: np.ndarray, rtol: float = 1e-9) -> Callable[[Any], None]:
+    """Checker: ``assert_allclose`` of a result against ``ref`` (atol scaled to ``ref``)."""
+    atol = rtol * max(float(np.max(np.abs(ref))) if ref.size else 1.0, 1.0)
+
+    def verify(out: Any) -> None:
+        np.testing.assert_allclose(as_array(out).reshape(ref.shape), ref, rtol=rtol, atol=atol)
+
+    return verify
+
+
+def short_error(exc: BaseException, limit: int = 90) -> str:
+    """One-line ``Type: message`` of ``exc``, cut to ``limit`` characters."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def bench(
+    fn: Callable[[], Any],
+    verify: Callable[[Any], None] | None,
+    repeat: int,
+    warmup: int = 2,
+) -> Result:
+    """Check one call of ``fn`` with ``verify`` (which raises AssertionError), then time it.
+
+    Errors while setting up or running ``fn`` (say, a format the compiler does not
+    support yet) and wrong results are returned as :class:`Skipped` with the reason, so
+    one failing cell does not end a long benchmark run.
+    """
+    try:
+        out = fn()
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a table cell
+        return Skipped(f"unavailable: {short_error(exc)}")
+    if verify is not None:
+        try:
+            verify(out)
+        except AssertionError as exc:
+            print(f"    WRONG RESULT: {short_error(exc, 200)}")
+            return Skipped("WRONG RESULT")
+    del out
+    return time_calls(fn, repeat, warmup)
+
+
+def ratio(num: Result, den: Result) -> str:
+    """``num / den`` of the medians, formatted; ``-`` when either is missing."""
+    if isinstance(num, Timing) and isinstance(den, Timing) and den.median > 0:
+        return f"{num.median / den.median:.2f}"
+    return "-"
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """GitHub markdown table of ``rows`` (cells converted with ``str``)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Plain aligned table for the terminal."""
+    cells = [list(map(str, headers))] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*cells[0]), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def _command_output(cmd: Sequence[str]) -> str | None:
+    """Stripped stdout of ``cmd`` run in the repository root; None when it fails."""
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=10, cwd=REPO_ROOT)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def cpu_model() -> str:
+    """CPU model name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def machine_info(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Machine, library versions and thread settings, for the report header."""
+    import coiter
+
+    mem = "?"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except OSError:
+        pass
+    commit = _command_output(["git", "rev-parse", "--short", "HEAD"]) or "?"
+    if _command_output(["git", "--no-optional-locks", "status", "--porcelain", "src"]):
+        commit += " + uncommitted changes in src/"
+    cc = os.environ.get("CC", "cc")
+    cc_version = (_command_output([cc, "--version"]) or "?").splitlines()[0]
+    info = {
+        "cpu": f"{cpu_model()} ({os.cpu_count()} logical CPUs), {mem} RAM",
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "numpy / scipy": f"{np.__version__} / {scipy.__version__}",
+        "coiter": f"{coiter.__version__} (git {commit})",
+        "C compiler": f"{cc_version}; CFLAGS={os.environ.get('CFLAGS', 'coiter default')}",
+        "threads": ", ".join(f"{v}={os.environ[v]}" for v in THREAD_VARIABLES[:3]),
+    }
+    info.update(extra or {})
+    return info
