@@ -136,6 +136,7 @@ SCIPY_KINDS = {
     "csr_array": sp.csr_array, "csc_array": sp.csc_array, "coo_array": sp.coo_array,
     "csr_matrix": sp.csr_matrix, "csc_matrix": sp.csc_matrix, "coo_matrix": sp.coo_matrix,
     "lil_array": sp.lil_array, "dok_array": sp.dok_array, "bsr_array": sp.bsr_array,
+    "dia_array": sp.dia_array,
 }
 
 
@@ -144,7 +145,9 @@ def test_from_scipy_default_format_follows_layout(kind: str) -> None:
     a = random_array((8, 6), np.float64, seed=6)
     m = SCIPY_KINDS[kind](a)
     t = Tensor.from_scipy(m)
-    expected = {"csc": coiter.csc, "coo": coiter.coo(2)}.get(m.format, coiter.csr)
+    expected = {"csc": coiter.csc, "coo": coiter.coo(2), "dia": coiter.dia()}.get(m.format, coiter.csr)
+    if m.format == "bsr":
+        expected = coiter.bcsr(m.blocksize)
     assert t.format == expected
     assert_same(t, a)
 
