@@ -533,6 +533,11 @@ def study_vector(ctx: Context) -> Section:
     sec.table("Best x format per cell (its time relative to the runner-up; fastest = 1/x of it)",
               ["A density"] + col,
               [[f"{dm:g}"] + [best[dm, dv][2] for dv in vec_dens] for dm in mat_dens])
+    sec.table("Sparse vs. hash x (the paper's regions compare these two): faster one, and "
+              "slower time / faster time",
+              ["A density"] + col,
+              [[f"{dm:g}"] + [faster_of(times[dm, dv, "sparse_vector"], times[dm, dv, "hash_vector"])
+                              for dv in vec_dens] for dm in mat_dens])
     png = plot_vector_heatmap(ctx.out, times, best, mat_dens, vec_dens, n)
     if png:
         sec.body += [f"![best input-vector format]({png.name})", ""]
@@ -542,6 +547,15 @@ def study_vector(ctx: Context) -> Section:
     sec.note("Best format by (matrix density, vector density): " +
              "; ".join(f"{format_label(k)}: {' '.join(v)}" for k, v in regions.items()))
     return sec
+
+
+def faster_of(sparse: Result, hashed: Result) -> str:
+    """``sparse 1.23x`` / ``hash 1.23x``: the faster of the two non-dense x formats."""
+    if not (isinstance(sparse, Timing) and isinstance(hashed, Timing)):
+        return "-"
+    if sparse.median <= hashed.median:
+        return f"sparse {hashed.median / sparse.median:.2f}x"
+    return f"hash {sparse.median / hashed.median:.2f}x"
 
 
 def best_formats(times: dict[tuple[float, float, str], Result], mat_dens: list[float],
@@ -593,8 +607,11 @@ def plot_vector_heatmap(out: Path, times: dict[tuple[float, float, str], Result]
                 a, d = times[dm, dv, name], times[dm, dv, "dense_vector"]
                 if isinstance(a, Timing) and isinstance(d, Timing):
                     rel[i, j] = np.log2(a.median / d.median)
-                    ax.text(j, i, f"{a.median / d.median:.2f}", ha="center", va="center", fontsize=8)
         lim = max(1.0, float(np.nanmax(np.abs(rel)))) if np.isfinite(rel).any() else 1.0
+        for (i, j), r in np.ndenumerate(rel):
+            if np.isfinite(r):
+                ax.text(j, i, f"{2.0 ** r:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if abs(r) > 0.6 * lim else "black")
         img = ax.imshow(rel, cmap="RdBu_r", vmin=-lim, vmax=lim, origin="lower", aspect="auto")
         fig.colorbar(img, ax=ax, label="log2(time / dense time)")
         ax.set_title(f"x {format_label(name)}: time / dense-x time (<1: faster than dense)", fontsize=9)
@@ -709,12 +726,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--study", choices=[*STUDIES, "all"], default="all")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="directory holding matrices/")
     ap.add_argument("--repeat", type=int, default=None,
-                    help="timed runs per cell (>= 7; default 11, or 7 with --quick)")
+                    help="timed runs per cell (>= 7; default 15, or 7 with --quick)")
     ap.add_argument("--quick", action="store_true", help="small inputs and few repeats (< 1 minute)")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "docs",
                     help="directory for format-studies.md and the heat map PNG")
     args = ap.parse_args(argv)
-    repeat = args.repeat if args.repeat is not None else (7 if args.quick else 11)
+    repeat = args.repeat if args.repeat is not None else (7 if args.quick else 15)
     if repeat < 7:
         ap.error("--repeat must be at least 7")
     command = "python benchmarks/formats.py " + shlex.join(sys.argv[1:] if argv is None else argv)

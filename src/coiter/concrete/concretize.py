@@ -36,7 +36,20 @@ from ..notation.ast import (
     index_vars_of,
     walk,
 )
+from .layouts import expand_layouts
 from .stmt import Assign, ConcreteProgram, Env, Forall, Stmt, TensorDecl, Where
+
+Derived = Mapping[IndexVar, tuple[IndexVar, ...]]
+
+
+def _loop_vars(vs, derived: Derived) -> list[IndexVar]:
+    """``vs`` with every split variable replaced by the loop variables it is recovered from."""
+    out: list[IndexVar] = []
+    for v in vs:
+        for w in derived.get(v, (v,)):
+            if w not in out:
+                out.append(w)
+    return out
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,8 @@ class _Lifter:
     def __init__(self, taken: set[str]) -> None:
         self.temps: list[_Temp] = []
         self._taken = taken
+        # split variables and the loop variables they are recovered from (set once known)
+        self.derived: Mapping[IndexVar, tuple[IndexVar, ...]] = {}
 
     def fresh(self, prefix: str = "t") -> str:
         """A tensor name not used yet: ``t0``, ``t1``... (or ``<prefix>0``...)."""
@@ -76,7 +91,9 @@ class _Lifter:
         if isinstance(e, Reduction):
             reduced, body = _peel(e)
             body = self.lift(body)
-            free = frozenset(v for v in _vars_incl_temps(body, self.temps) if v not in reduced)
+            free = frozenset(
+                v for v in _vars_incl_temps(body, self.temps) if v not in reduced
+                and not set(self.derived.get(v, (None,))) <= set(reduced))
             temp = _Temp(self.fresh(), reduced, body, free)
             self.temps.append(temp)
             return Access(temp.name, ())
@@ -120,36 +137,58 @@ def concretize(
     """Turn an assignment whose reductions are explicit into concrete index notation.
 
     ``formats``/``dtypes`` cover every tensor named in the assignment (result included).
+    A result format kernels cannot assemble directly (hashed, DIA, ELL, blocked) is
+    computed in its assembly format and converted afterwards.
     """
     lhs = assignment.lhs
     _check_denominators(assignment.rhs, formats)
-    result_fmt = formats[lhs.tensor]
-    names = set(formats)
-    lifter = _Lifter(names)
-    top_reduced, top_body = _peel(assignment.rhs)
-    body = lifter.lift(top_body)
-    temps = lifter.temps
+    final_fmt = formats[lhs.tensor]
+    formats = {**formats, lhs.tensor: final_fmt.assembly_format()}
+    original = assignment
+    plain: frozenset[str] = frozenset()
+    while True:
+        lifter = _Lifter(set(formats))
+        plan = expand_layouts(original, formats, lifter.fresh, plain)
+        assignment = plan.assignment
+        derived: Derived = {s.parent: s.derived() for s in plan.relations}
+        lifter.derived = derived
+        top_reduced, top_body = _peel(assignment.rhs)
+        body = lifter.lift(top_body)
+        temps = lifter.temps
 
-    # --- loop order -----------------------------------------------------------------------
-    free = list(lhs.indices)
-    result_path = [free[m] for m in result_fmt.ordering]
-    all_vars = result_path + [v for v in index_vars_of(assignment.rhs) if v not in free]
-    required: list[Edge] = [(f, r) for t in temps for f in t.free for r in t.reduced]
-    operand_accesses = _operand_accesses(body, temps)
-    operands = [(a, formats[a.tensor]) for a in operand_accesses]
-    lo = choose_order(all_vars, operands, (lhs, result_fmt), required)
+        # --- loop order -------------------------------------------------------------------
+        free = list(lhs.indices)
+        result_fmt = plan.formats[lhs.tensor]
+        result_path = [free[m] for m in result_fmt.ordering]
+        all_vars = _loop_vars(
+            result_path + [v for v in index_vars_of(assignment.rhs) if v not in free], derived)
+        all_vars = [v for v in all_vars if v not in derived]
+        required: list[Edge] = [(f, r) for t in temps for f in _loop_vars(t.free, derived)
+                                for r in t.reduced]
+        operand_accesses = _operand_accesses(body, temps)
+        operands = [(a, plan.formats[a.tensor]) for a in operand_accesses]
+        lo = choose_order(all_vars, operands, (lhs, result_fmt), required)
+        # an operand seen through its layout's levels cannot be transposed: convert it instead
+        stuck = {operand_accesses[idx].tensor for idx, _ in lo.transposed} & plan.expanded
+        if not stuck:
+            break
+        plain |= stuck
+    formats = plan.formats
+    dtypes = {**dtypes, **{new: dtypes[old] for new, old in plan.converted.items()}}
     rank = {v: n for n, v in enumerate(lo.order)}
 
     decls: dict[str, TensorDecl] = {}
     for name, fmt in formats.items():
         role = "result" if name == lhs.tensor else "input"
-        decls[name] = TensorDecl(name, fmt, np.dtype(dtypes[name]), role)
+        decls[name] = TensorDecl(name, fmt, np.dtype(dtypes[name]), role,
+                                 converted_from=plan.converted.get(name))
     renames: dict[Access, Access] = {}
     for idx, new_fmt in lo.transposed:
         acc = operand_accesses[idx]
         new_name = lifter.fresh(f"{acc.tensor}_T")
+        source = decls[acc.tensor].converted_from or acc.tensor
         decls[new_name] = replace(decls[acc.tensor], name=new_name, format=new_fmt,
-                                  converted_from=acc.tensor)
+                                  converted_from=source)
         renames[acc] = Access(new_name, acc.indices)
     if renames:
         body = _rename(body, renames)
@@ -159,8 +198,10 @@ def concretize(
 
     # --- whole-RHS reduction: temporary (gather) or accumulation (scatter) ------------------
     accumulate = False
+    env = Env(relations=plan.relations)
     if top_reduced:
-        if all(rank[f] < rank[r] for f in free for r in top_reduced):
+        if not any(f in derived for f in free) and all(
+                rank[f] < rank[r] for f in free for r in top_reduced):
             t = _Temp(lifter.fresh(), top_reduced, body, frozenset(free))
             temps.append(t)
             decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp")
@@ -168,8 +209,8 @@ def concretize(
         else:
             accumulate = True
 
-    result_conversion = None
-    builder = _Builder(lo.order, temps)
+    result_conversion = final_fmt if final_fmt != result_fmt else None
+    builder = _Builder(lo.order, temps, derived)
     scattered = _scattered_levels(lhs, result_fmt, lo.order, top_reduced if accumulate else ())
     if not lo.result_concordant or scattered:
         ws = (_workspace_var(lhs, result_fmt, lo.order, scattered, top_reduced)
@@ -179,12 +220,12 @@ def concretize(
             decls[w.tensor] = TensorDecl(w.tensor, Format([WorkspaceList()]),
                                          np.dtype(result_dtype), "workspace", (ws,))
             stmt = builder.workspace(lhs, w, body)
-            return ConcreteProgram(stmt, decls, lhs.tensor, Env())
+            return ConcreteProgram(stmt, decls, lhs.tensor, env, result_conversion)
         # no single workspace helps: compute densely, convert afterwards
-        result_conversion = result_fmt
+        result_conversion = final_fmt
         decls[lhs.tensor] = replace(decls[lhs.tensor], format=dense(len(free)))
     stmt = builder.build((), lhs, body, accumulate, frozenset())
-    return ConcreteProgram(stmt, decls, lhs.tensor, Env(), result_conversion)
+    return ConcreteProgram(stmt, decls, lhs.tensor, env, result_conversion)
 
 
 def _operand_accesses(body: Expr, temps: list[_Temp]) -> list[Access]:
@@ -241,9 +282,10 @@ def _workspace_var(
 class _Builder:
     """Nests foralls in loop order, placing each temporary's where as early as possible."""
 
-    def __init__(self, order: tuple[IndexVar, ...], temps: list[_Temp]) -> None:
+    def __init__(self, order: tuple[IndexVar, ...], temps: list[_Temp], derived: Derived) -> None:
         self.order = order
         self.temps = {t.name: t for t in temps}
+        self.derived = derived
 
     def build(
         self, bound: tuple[IndexVar, ...], lhs: Access, rhs: Expr, accumulate: bool,
@@ -252,7 +294,7 @@ class _Builder:
         ready = [
             self.temps[a.tensor] for a in accesses(rhs)
             if a.tensor in self.temps and a.tensor not in placed
-            and self.temps[a.tensor].free <= set(bound)
+            and set(_loop_vars(self.temps[a.tensor].free, self.derived)) <= set(bound)
         ]
         if ready:
             t = ready[0]
@@ -264,6 +306,7 @@ class _Builder:
         }
         needed |= {v for a in accesses(rhs) if a.tensor in self.temps and a.tensor not in placed
                    for v in self.temps[a.tensor].free}
+        needed = set(_loop_vars(needed, self.derived))
         for v in self.order:
             if v in needed and v not in bound:
                 return Forall(v, self.build(bound + (v,), lhs, rhs, accumulate, placed))

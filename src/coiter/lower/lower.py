@@ -673,6 +673,33 @@ class Lowerer:
         if restricted is None:
             return []
         scope = scope.with_coord(v, vexpr)
+        scope, recovered, guards = self._recover(scope)
+        if guards:
+            inner = self._case_body(restricted, scope, bottoms, present)
+            return recovered + [If(conj(guards), block(inner))] if inner else []
+        return recovered + self._case_body(restricted, scope, bottoms, present)
+
+    def _recover(self, scope: Scope) -> tuple[Scope, list[IRStmt], list[IRExpr]]:
+        """Coordinates of split variables whose block and in-block loops are both bound
+        (provenance: ``i = i_b * b + i_e``), with guards that they are inside the tensor
+        (the last block may run past it)."""
+        stmts: list[IRStmt] = []
+        guards: list[IRExpr] = []
+        for rel in self.prog.env.relations:
+            parent = rel.parents()[0]
+            outer, inner = rel.derived()
+            if parent in scope.coords or outer not in scope.coords or inner not in scope.coords:
+                continue
+            name = self.var(parent)
+            stmts.append(Decl("int64_t", name, add(mul(scope.coords[outer], Const(rel.block)),
+                                                   scope.coords[inner])))
+            scope = scope.with_coord(parent, Var(name))
+            if parent in self.extent:
+                guards.append(lt(Var(name), self.extent[parent]))
+        return scope, stmts, guards
+
+    def _case_body(self, restricted: Stmt, scope: Scope, bottoms,
+                   present: Mapping[Iter, tuple[IRExpr, IRExpr | None]]) -> list[IRStmt]:
         items = []
         for it, (c, s) in present.items():
             p, _ = self._iter_names(it)

@@ -1,0 +1,228 @@
+"""Seeing tensors with layouts (blocked, DIA, ELL) through their level variables.
+
+Before loops are ordered, every access to such a tensor is rewritten over one index
+variable per storage level, so the iteration graph, merge lattices and lowering work
+on the levels as they do for any other format:
+
+* a split mode ``i`` (block ``b``) becomes block and in-block variables with the
+  provenance relation ``i = i_b * b + i_e`` (:class:`Split`); lowering recovers ``i``
+  from them, guarded by ``i < N``, to locate the other operands;
+* a hidden level (DIA's diagonal, ELL's slot) gets a fresh variable summed where the
+  access sits: each logical entry is stored under exactly one hidden coordinate, so
+  ``B(i,j) = sum(d, B'(d,j,i))`` and the sum distributes over the product around it.
+
+This is valid where the access is a multiplicative factor of the innermost reduction
+around it (or of the whole right-hand side), and, for splits, where every other use of
+a split variable is a dense (locatable) level and the result is dense. Elsewhere (a
+sum such as ``DIA + CSR``) the operand is converted at run time to a format without a
+layout, like the paper's runtime conversions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
+
+from ..formats.format import Format, coo, csr
+from ..notation.ast import (
+    Access, Assignment, BinaryExpr, Div, Expr, IndexVar, Mul, Neg, Reduction, accesses, walk,
+)
+from .stmt import Relation
+
+
+@dataclass(frozen=True)
+class Split(Relation):
+    """``parent = outer * block + inner``: a mode split by a blocked format."""
+
+    parent: IndexVar
+    outer: IndexVar
+    inner: IndexVar
+    block: int
+
+    def derived(self) -> tuple[IndexVar, ...]:
+        return (self.outer, self.inner)
+
+    def parents(self) -> tuple[IndexVar, ...]:
+        return (self.parent,)
+
+    def __str__(self) -> str:
+        return f"split({self.parent}, {self.outer}, {self.inner}, {self.block})"
+
+
+@dataclass
+class LayoutPlan:
+    """The assignment over level variables, formats as kernels see them, the split
+    relations, and operands converted to a format without a layout (new name → original)."""
+
+    assignment: Assignment
+    formats: dict[str, Format]
+    relations: tuple[Split, ...] = ()
+    converted: dict[str, str] = field(default_factory=dict)
+    expanded: frozenset[str] = frozenset()  # tensors accessed through their levels
+
+
+def plain_format(fmt: Format) -> Format:
+    """What an operand with a layout is converted to where it cannot be expanded."""
+    return csr if fmt.order == 2 else coo(fmt.order)
+
+
+def _factors(e: Expr, ok: bool, out: set[Access]) -> None:
+    """Collect accesses that are multiplicative factors of their innermost reduction."""
+    if isinstance(e, Access):
+        if ok:
+            out.add(e)
+    elif isinstance(e, Reduction):
+        _factors(e.body, True, out)
+    elif isinstance(e, Neg):
+        _factors(e.operand, ok, out)
+    elif isinstance(e, Mul):
+        _factors(e.a, ok, out)
+        _factors(e.b, ok, out)
+    elif isinstance(e, Div):
+        _factors(e.a, ok, out)
+        _factors(e.b, False, out)
+    elif isinstance(e, BinaryExpr):
+        _factors(e.a, False, out)
+        _factors(e.b, False, out)
+
+
+def _dense_use(a: Access, fmt: Format, v: IndexVar) -> bool:
+    """Whether every level of ``a`` indexed by ``v`` is dense (located, never iterated)."""
+    if fmt.layout is not None:
+        return False
+    return all(lv.full and lv.has_locate for k, lv in enumerate(fmt.levels)
+               if a.indices[fmt.ordering[k]] == v)
+
+
+class _Expander:
+    def __init__(self, assignment: Assignment, formats: Mapping[str, Format],
+                 fresh_tensor: Callable[[str], str], plain: frozenset[str]) -> None:
+        self.assignment = assignment
+        self.plain = plain
+        self.formats = dict(formats)
+        self.fresh_tensor = fresh_tensor
+        self.taken = {v.name for n in walk(assignment.rhs) if isinstance(n, Access) for v in n.indices}
+        self.taken |= {v.name for v in assignment.lhs.indices}
+        self.taken |= {n.var.name for n in walk(assignment.rhs) if isinstance(n, Reduction)}
+        self.splits: dict[IndexVar, Split] = {}
+        self.expanded: dict[Access, tuple[tuple[IndexVar, ...], tuple[IndexVar, ...]]] = {}
+        self.converted: dict[str, str] = {}
+        self.renamed: dict[str, str] = {}
+
+    def fresh(self, base: str) -> IndexVar:
+        name, n = base, 1
+        while name in self.taken:
+            name, n = f"{base}{n}", n + 1
+        self.taken.add(name)
+        return IndexVar(name)
+
+    def plan(self) -> None:
+        factors: set[Access] = set()
+        _factors(self.assignment.rhs, True, factors)
+        lhs = self.assignment.lhs
+        result_dense = self.formats[lhs.tensor].is_dense or not lhs.indices
+        others = [a for a in accesses(self.assignment.rhs)]
+        for a in dict.fromkeys(others):
+            fmt = self.formats[a.tensor]
+            if fmt.layout is None:
+                continue
+            if a in factors and a.tensor not in self.plain and len(set(a.indices)) == len(
+                    a.indices) and self._can_split(
+                    a, fmt, result_dense, others):
+                self._expand(a, fmt)
+            elif a.tensor not in self.renamed:
+                name = self.fresh_tensor(f"{a.tensor}_plain")
+                self.renamed[a.tensor] = name
+                self.converted[name] = a.tensor
+                self.formats[name] = plain_format(fmt)
+
+    def _can_split(self, a: Access, fmt: Format, result_dense: bool, others: list[Access]) -> bool:
+        for c in fmt.layout.coords:  # type: ignore[union-attr]
+            if not c.block:
+                continue
+            v = a.indices[c.mode]
+            known = self.splits.get(v)
+            if known is not None and known.block != c.block:
+                return False
+            if not result_dense:
+                return False
+            for b in others:
+                if b != a and v in b.indices and not (
+                        self.formats[b.tensor].layout is not None or
+                        _dense_use(b, self.formats[b.tensor], v)):
+                    return False
+                if b != a and v in b.indices and self.formats[b.tensor].layout is not None:
+                    bc = [c2 for c2 in self.formats[b.tensor].layout.coords  # type: ignore[union-attr]
+                          if c2.mode is not None and b.indices[c2.mode] == v]
+                    if any(c2.block != c.block for c2 in bc):
+                        return False
+        return True
+
+    def _expand(self, a: Access, fmt: Format) -> None:
+        level_vars: list[IndexVar] = []
+        hidden: list[IndexVar] = []
+        for k, c in enumerate(fmt.layout.coords):  # type: ignore[union-attr]
+            if c.mode is None:
+                h = self.fresh(f"{a.tensor.lower()}{k + 1}")
+                hidden.append(h)
+                level_vars.append(h)
+                continue
+            v = a.indices[c.mode]
+            if not c.block:
+                level_vars.append(v)
+                continue
+            s = self.splits.get(v)
+            if s is None:
+                s = Split(v, self.fresh(f"{v.name}_b"), self.fresh(f"{v.name}_e"), c.block)
+                self.splits[v] = s
+            level_vars.append(s.inner if c.inner else s.outer)
+        self.expanded[a] = (tuple(level_vars), tuple(hidden))
+        self.formats[a.tensor] = fmt.physical
+
+    # -- rewriting ---------------------------------------------------------------------------
+    def rewrite(self, e: Expr, extra: list[IndexVar]) -> Expr:
+        """``e`` over level variables; hidden variables of expanded factors go to ``extra``
+        (the innermost enclosing reduction sums them)."""
+        if isinstance(e, Access):
+            if e in self.expanded:
+                level_vars, hidden = self.expanded[e]
+                extra.extend(h for h in hidden if h not in extra)
+                return Access(e.tensor, level_vars)
+            if e.tensor in self.renamed:
+                return Access(self.renamed[e.tensor], e.indices)
+            return e
+        if isinstance(e, Reduction):
+            vars_: list[IndexVar] = []
+            while isinstance(e, Reduction):
+                vars_.append(e.var)
+                e = e.body
+            return self._reduce(vars_, e)
+        if isinstance(e, Neg):
+            return Neg(self.rewrite(e.operand, extra))
+        if isinstance(e, BinaryExpr):
+            return type(e)(self.rewrite(e.a, extra), self.rewrite(e.b, extra))
+        return e
+
+    def _reduce(self, vars_: list[IndexVar], body: Expr) -> Expr:
+        inner: list[IndexVar] = []
+        out = self.rewrite(body, inner)
+        summed: list[IndexVar] = []
+        for v in vars_:
+            s = self.splits.get(v)
+            summed += [s.outer, s.inner] if s is not None else [v]
+        for v in reversed(summed + inner):
+            out = Reduction(v, out)
+        return out
+
+
+def expand_layouts(assignment: Assignment, formats: Mapping[str, Format],
+                   fresh_tensor: Callable[[str], str],
+                   plain: frozenset[str] = frozenset()) -> LayoutPlan:
+    """Rewrite accesses to tensors with layouts over their level variables (see module doc);
+    tensors named in ``plain`` are converted instead."""
+    if all(formats[a.tensor].layout is None for a in accesses(assignment.rhs)):
+        return LayoutPlan(assignment, dict(formats))
+    x = _Expander(assignment, formats, fresh_tensor, plain)
+    x.plan()
+    new = replace(assignment, rhs=x._reduce([], assignment.rhs))
+    expanded = frozenset(a.tensor for a in x.expanded)
+    return LayoutPlan(new, x.formats, tuple(x.splits.values()), x.converted, expanded)
