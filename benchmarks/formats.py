@@ -23,7 +23,11 @@ asserts a time.
 """
 from __future__ import annotations
 
-import _common  # noqa: F401  (first: pins all threading runtimes to one thread)
+# _common first: it pins every threading runtime to one thread before NumPy loads
+from _common import (
+    DEFAULT_DATA, REPO_ROOT, Result, Skipped, Timing, bench, close_to, machine_info,
+    markdown_table, ratio, short_error, text_table,
+)
 
 import argparse
 import datetime
@@ -41,10 +45,6 @@ import numpy as np
 import scipy.sparse as sp
 
 import coiter
-from _common import (
-    DEFAULT_DATA, REPO_ROOT, Result, Skipped, Timing, bench, close_to, machine_info,
-    markdown_table, ratio, short_error, text_table,
-)
 
 SPMV = "y(i) = A(i,j) * x(j)"
 REPORT_NAME = "format-studies.md"
@@ -113,13 +113,9 @@ def to_tensor(m: Any, fmt: Any) -> coiter.Tensor:
 
 
 @lru_cache(maxsize=None)
-def _spmv_kernel(a_fmt: str, x_fmt: str, formats: tuple[Any, Any]) -> Any:
-    return coiter.compile(SPMV, formats={"A": formats[0], "x": formats[1], "y": "d"})
-
-
 def spmv_kernel(a_fmt: Any, x_fmt: Any = "d") -> Any:
-    """Compiled (lazily, cached) ``y = A x`` kernel for these formats of A and x."""
-    return _spmv_kernel(repr(a_fmt), repr(x_fmt), (a_fmt, x_fmt))
+    """``y = A x`` kernel for these formats of A and x (one per pair; compiled on first call)."""
+    return coiter.compile(SPMV, formats={"A": a_fmt, "x": x_fmt, "y": "d"})
 
 
 def coiter_spmv(m: sp.csr_array, x: Any, fmt_name: str, verify: Callable[[Any], None], repeat: int,
@@ -464,10 +460,8 @@ def study_dia(ctx: Context) -> Section:
         verify = close_to(m @ x)
         t_csr = coiter_spmv(m, x, "csr", verify, ctx.repeat)
         t_dia = coiter_spmv(m, x, "dia", verify, ctx.repeat)
-        m_dia = m.todia()
         s_csr = bench(lambda: m @ x, verify, ctx.repeat)
-        s_dia = bench(lambda: m_dia @ x, verify, ctx.repeat)
-        del m_dia
+        s_dia = bench(lambda d=m.todia(): d @ x, verify, ctx.repeat)
         rows.append(head + cells([t_csr, t_dia, s_csr, s_dia], True))
         ratio_rows.append([spec.name, ratio(t_csr, t_dia), ratio(s_csr, s_dia), ratio(s_dia, t_dia)])
         if (c := med(t_csr)) and (d := med(t_dia)):

@@ -162,7 +162,9 @@ def concretize(
         result_path = [free[m] for m in result_fmt.ordering]
         all_vars = _loop_vars(
             result_path + [v for v in index_vars_of(assignment.rhs) if v not in free], derived)
-        all_vars = [v for v in all_vars if v not in derived]
+        all_vars = _storage_order_first(
+            [v for v in all_vars if v not in derived],
+            [a for a in accesses(assignment.rhs) if a.tensor in plan.expanded])
         required: list[Edge] = [(f, r) for t in temps for f in _loop_vars(t.free, derived)
                                 for r in t.reduced]
         operand_accesses = _operand_accesses(body, temps)
@@ -226,6 +228,18 @@ def concretize(
         decls[lhs.tensor] = replace(decls[lhs.tensor], format=dense(len(free)))
     stmt = builder.build((), lhs, body, accumulate, frozenset())
     return ConcreteProgram(stmt, decls, lhs.tensor, env, result_conversion)
+
+
+def _storage_order_first(vars_: list[IndexVar], expanded: list[Access]) -> list[IndexVar]:
+    """Loop preference with the level variables of each access seen through its layout
+    listed in storage order (BCSR: block row, block column, then in-block row and
+    column), keeping the slots the variables took."""
+    out = list(vars_)
+    for a in expanded:
+        slots = sorted(out.index(v) for v in a.indices if v in out)
+        for slot, v in zip(slots, [v for v in a.indices if v in out]):
+            out[slot] = v
+    return out
 
 
 def _operand_accesses(body: Expr, temps: list[_Temp]) -> list[Access]:

@@ -542,7 +542,10 @@ class Lowerer:
             p, _ = self._iter_names(it)
             begin, end = bounds[it]
             body = self._point_body(f.body, scope, v, lattice, lattice.points[0], bottoms, False)
-            out.append(For(p, "int64_t", begin, end, block(body)))
+            if end == add(begin, Const(1)):  # one position (offset, padded singleton): no loop
+                out.append(block(Decl("int64_t", p, begin), body))
+            else:
+                out.append(For(p, "int64_t", begin, end, block(body)))
         else:
             for it in iters:
                 p, pend = self._iter_names(it)

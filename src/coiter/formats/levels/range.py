@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...errors import FormatError
-from ...ir.nodes import Const, IRExpr, Load, Max, Min, Un, add, mul
+from ...ir.nodes import Bin, Const, IRExpr, Load, Max, Min, Un, add, mul
 from .base import Level, LevelNames, Packed, ParentPos
 
 
@@ -34,20 +34,16 @@ class Range(Level):
         if self.sign not in (1, -1):
             raise FormatError(f"range level sign must be +1 or -1, got {self.sign}")
 
-    def _shift(self, names: LevelNames, diagonal: IRExpr) -> IRExpr:
-        """``sign * offset[diagonal]``: what the offset level adds to this coordinate."""
-        off = Load(names.array("offset"), diagonal)
-        return off if self.sign > 0 else Un("-", off)
-
     def pos_bounds(
         self, names: LevelNames, parent: ParentPos, ancestors: tuple[IRExpr, ...] = ()
     ) -> tuple[IRExpr, IRExpr]:
         if not ancestors:
             raise FormatError("a range level needs a diagonal level above it")
-        shift = self._shift(names, ancestors[-1])
+        off = Load(names.array("offset"), ancestors[-1])
         other = names.sibling(1).dimension
-        return (Max((Const(0), Un("-", shift))),
-                Min((names.dimension, add(other, Un("-", shift)))))
+        if self.sign > 0:  # b = a + o
+            return Max((Const(0), Un("-", off))), Min((names.dimension, Bin("-", other, off)))
+        return Max((Const(0), off)), Min((names.dimension, add(other, off)))  # b = a - o
 
     def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return p  # coordinate value iteration: the iterator is the coordinate
