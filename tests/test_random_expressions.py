@@ -19,12 +19,15 @@ from coiter.notation.reductions import insert_reductions
 VARS = "ijk"
 FORMATS = {
     0: [""],
-    1: ["d", "s"],
-    2: ["dd", "ds", "ss", "ds:1,0", "ss:1,0", "uq", "sd", "dd:1,0"],
-    3: ["ddd", "sss", "dss", "ucq", "sss:2,1,0", "dsd", "sds"],
+    1: ["d", "s", "h"],
+    2: ["dd", "ds", "ss", "ds:1,0", "ss:1,0", "uq", "sd", "dd:1,0", "dh", "dh:1,0",
+        coiter.dia(), coiter.ell(), coiter.bcsr((2, 2)), coiter.bcoo((2, 3)), coiter.csb((3, 2))],
+    3: ["ddd", "sss", "dss", "ucq", "sss:2,1,0", "dsd", "sds", "dsh"],
 }
 RESULT_FORMATS = {
-    0: [""], 1: ["d", "s"], 2: ["dd", "ds", "ss", "ds:1,0", "uq", "sd"], 3: ["ddd", "sss", "dsd"],
+    0: [""], 1: ["d", "s", "h"],
+    2: ["dd", "ds", "ss", "ds:1,0", "uq", "sd", "dh", coiter.dia(), coiter.ell(), coiter.bcsr((2, 3))],
+    3: ["ddd", "sss", "dsd", "dsh"],
 }
 
 

@@ -21,14 +21,14 @@ from .formats.format import Format, coo
 from .formats.storage import Storage
 from .notation.ast import Access, Assignment, IndexVar
 
-_copy_kernels: dict[tuple[str, str], object] = {}
+_copy_kernels: dict[tuple[Format, Format], object] = {}
 
 
 def _copy(storage: Storage, fmt: Format) -> Storage:
     from .runtime.kernel import Kernel
     from .tensor import Tensor
 
-    key = (storage.format.to_string(), fmt.to_string())
+    key = (storage.format, fmt)  # not format strings: those do not show e.g. unordered levels
     kernel = _copy_kernels.get(key)
     if kernel is None:
         idx = tuple(IndexVar(f"i{m}") for m in range(fmt.order))

@@ -328,6 +328,30 @@ class Tensor:
         fmt = as_format(format, order, coo(order) if order else None)
         return cls._wrap(_packed(crd.astype(np.int64), vals, dims, fmt), _check_name(name))
 
+    @classmethod
+    def from_arrays(
+        cls,
+        shape: Sequence[int],
+        format: FormatLike,
+        levels: Sequence[dict[str, Any]],
+        vals: Any,
+        name: str | None = None,
+    ) -> Tensor:
+        """Tensor over arrays you already have, one dict of index arrays per storage level
+        (``{"pos": ..., "crd": ...}`` for a compressed level, ``{}`` for a dense one) and the
+        values. Nothing is copied; the arrays are validated against every invariant kernels
+        rely on, so malformed data raises FormatError instead of reaching C. Unordered or
+        duplicate entries are allowed where the format's levels say so."""
+        dims = _check_shape(shape)
+        fmt = as_format(format, len(dims))
+        arrays = tuple({k: np.asarray(v) for k, v in lv.items()} for lv in levels)
+        values = np.asarray(vals)
+        check_dtype(values.dtype)
+        name = _check_name(name)
+        st = Storage(fmt, dims, arrays, values)
+        st.validate(name)
+        return cls._wrap(st, name)
+
     # ------------------------------------------------------------------ properties
 
     @property

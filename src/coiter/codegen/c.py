@@ -66,6 +66,21 @@ COITER_HASH_LOCATE(int64_t)
   const int32_t*: coiter_hash_locate_int32_t, int32_t*: coiter_hash_locate_int32_t, \
   const int64_t*: coiter_hash_locate_int64_t, int64_t*: coiter_hash_locate_int64_t)(crd, W, parent, c)
 
+/* sum of vals[lo..hi): the value of a coordinate stored several times (a non-unique level) */
+#define COITER_SUM(T, N) \
+static inline T coiter_sum_##N(const T* v, int64_t lo, int64_t hi) {{ \
+  T s = 0; for (int64_t q = lo; q < hi; q++) s += v[q]; return s; }}
+COITER_SUM(double, f64) COITER_SUM(float, f32) COITER_SUM(int64_t, i64) COITER_SUM(int32_t, i32)
+COITER_SUM(double complex, c128)
+static inline bool coiter_sum_b(const bool* v, int64_t lo, int64_t hi) {{
+  for (int64_t q = lo; q < hi; q++) if (v[q]) return 1; return 0; }}
+#define coiter_sum(v, lo, hi) _Generic((v), \
+  const double*: coiter_sum_f64, double*: coiter_sum_f64, const float*: coiter_sum_f32, \
+  float*: coiter_sum_f32, const int64_t*: coiter_sum_i64, int64_t*: coiter_sum_i64, \
+  const int32_t*: coiter_sum_i32, int32_t*: coiter_sum_i32, \
+  const double complex*: coiter_sum_c128, double complex*: coiter_sum_c128, \
+  const bool*: coiter_sum_b, bool*: coiter_sum_b)(v, lo, hi)
+
 /* sort (key, position) pairs by key: orders the iteration of an unordered level */
 typedef struct {{ int64_t key, at; }} coiter_pair;
 static int coiter_cmp_pair(const void* a, const void* b) {{

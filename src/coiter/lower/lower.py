@@ -177,7 +177,11 @@ def restrict(s: Stmt, zero: frozenset) -> Stmt | None:
             defined = {a.lhs for a in walk_stmts(s.producer) if isinstance(a, Assign)}
             return restrict(s.consumer, zero | defined)
         consumer = restrict(s.consumer, zero)
-        return None if consumer is None else Where(consumer, producer)
+        if consumer is None:
+            return None
+        if _produced(producer).tensor not in {a.tensor for a in _stmt_accesses(consumer)}:
+            return consumer  # the consumer no longer reads the temporary: nothing to produce
+        return Where(consumer, producer)
     if isinstance(s, (Sequence, Multi)):
         first, second = (s.define, s.mutate) if isinstance(s, Sequence) else (s.left, s.right)
         a, b = restrict(first, zero), restrict(second, zero)
@@ -427,6 +431,8 @@ class Lowerer:
                 return Var(self.cn[e.tensor])
             where = ParentPos(Const(0)) if decl.order == 0 else scope.pos[(e, decl.order - 1)]
             load: IRExpr = Load(self.vals(e.tensor), where.lo)
+            if where.hi is not None:  # duplicates of one coordinate: their values add up
+                load = Call("coiter_sum", (Var(self.vals(e.tensor)), where.lo, where.hi))
             if where.may_fail:  # an absent entry reads as zero
                 load = Select(Bin(">=", where.lo, Const(0)), load, Const(0))
             # compute in the result's type, as NumPy does (e.g. int32 * int32 into int64)
@@ -558,6 +564,8 @@ class Lowerer:
 
         for arr in scratch:
             out.append(ExprStmt(Call("free", (Var(arr),))))
+        for it in iters:  # a later loop over the same access builds its own scratch
+            self.views.pop(it, None)
         for a, g in heads:
             parent = scope.pos.get((a, g.head - 1), ParentPos(Const(0))).lo
             if self.mode != "compute":
