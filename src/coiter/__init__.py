@@ -11,8 +11,9 @@ from .errors import (
 )
 from .formats import (
     Compressed, Dense, Format, Hashed, Layout, Level, LevelCoord, LevelNames, Offset,
-    PaddedSingleton, ParentPos, Range, Singleton, bcoo, bcsr, coo, csb, csc, csf, csr, dcsc, dcsr,
-    dense, dia, ell, hash_matrix, hash_vector, parse_format, register_level, sparse_vector,
+    PaddedSingleton, ParentPos, Range, Singleton, bcoo, bcsr, coo, coo_aos, csb, csc, csf, csr,
+    dcsc, dcsr, dense, dia, ell, hash_matrix, hash_vector, parse_format, register_level,
+    sparse_vector,
 )
 from .formats.io import read, write
 from .notation.ast import Assignment, IndexVar
@@ -29,6 +30,6 @@ __all__ = [
     "ParentPos", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed", "Range",
     "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf", "csr",
     "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector", "hash_matrix",
-    "sparse_vector", "CoiterError", "CompileError", "DTypeError", "FormatError",
+    "sparse_vector", "coo_aos", "CoiterError", "CompileError", "DTypeError", "FormatError",
     "KernelError", "ParseError", "ScheduleError", "ShapeError",
 ]

@@ -125,6 +125,9 @@ class _Expander:
             fmt = self.formats[a.tensor]
             if fmt.layout is None:
                 continue
+            if not fmt.layout.reshapes:  # same variables, other arrays (AoS COO)
+                self._expand(a, fmt)
+                continue
             if a in factors and a.tensor not in self.plain and len(set(a.indices)) == len(
                     a.indices) and self._can_split(
                     a, fmt, result_dense, others):

@@ -1,7 +1,7 @@
 """Formats: level plugins, Format, layouts, storage, conversion and file I/O."""
 from .format import (
-    Format, FormatLike, as_format, bcoo, bcsr, coo, csb, csc, csf, csr, dcsc, dcsr, dense, dia, ell,
-    hash_matrix, hash_vector, parse_format, sparse_vector,
+    Format, FormatLike, as_format, bcoo, bcsr, coo, coo_aos, csb, csc, csf, csr, dcsc, dcsr, dense,
+    dia, ell, hash_matrix, hash_vector, parse_format, sparse_vector,
 )
 from .layout import Layout, LevelCoord
 from .levels import (
@@ -12,6 +12,6 @@ from .levels import (
 __all__ = [
     "Format", "FormatLike", "as_format", "parse_format", "coo", "csf", "csr", "csc", "dcsr",
     "dcsc", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector", "hash_matrix",
-    "sparse_vector", "Layout", "LevelCoord", "Level", "LevelNames", "ParentPos", "Dense",
+    "sparse_vector", "coo_aos", "Layout", "LevelCoord", "Level", "LevelNames", "ParentPos", "Dense",
     "Compressed", "Singleton", "Hashed", "Range", "Offset", "PaddedSingleton", "register_level",
 ]

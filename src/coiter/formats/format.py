@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 from ..errors import FormatError
-from .layout import DiagonalLayout, Layout, LevelCoord, SlotLayout, block_layout
+from .layout import DiagonalLayout, InterleavedLayout, Layout, LevelCoord, SlotLayout, block_layout
+from .levels.aos import AosCompressed, AosSingleton
 from .levels import Compressed, Dense, Level, Singleton, level_for_letter
 from .levels.hashed import Hashed
 from .levels.offset import Offset
@@ -227,3 +228,14 @@ def csb(block: Sequence[int] = (2, 2)) -> Format:
     """Compressed sparse blocks: a dense grid of blocks, each a coordinate list."""
     layout = block_layout("csb", [(0, False), (1, False), (0, True), (1, True)], tuple(block))
     return Format([Dense(), Dense(), Compressed(unique=False), Singleton()], layout=layout)
+
+
+def coo_aos(order: int = 2) -> Format:
+    """Coordinate list in array-of-structs layout: one interleaved coordinate array
+    (``idx[p * order + k]``), as TensorFlow stores sparse tensors."""
+    if order < 1:
+        raise FormatError("coo_aos needs order >= 1")
+    levels: list[Level] = [AosCompressed(stride=order, field=0)]
+    levels += [AosSingleton(stride=order, field=k, unique=k == order - 1) for k in range(1, order)]
+    layout = InterleavedLayout("coo_aos", tuple(LevelCoord(k) for k in range(order)), order)
+    return Format(levels, layout=layout)

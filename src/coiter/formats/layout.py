@@ -57,6 +57,12 @@ class Layout:
             if c.block < 0:
                 raise FormatError(f"layout {self.name}: block size must be positive")
 
+    @property
+    def reshapes(self) -> bool:
+        """Whether levels differ from modes (a split or hidden level), so accesses need
+        new index variables; otherwise only the arrays are laid out differently."""
+        return any(c.mode is None or c.block for c in self.coords)
+
     # -- sizes ------------------------------------------------------------------------------
     def level_dims(self, shape: Sequence[int], levels: Sequence[dict[str, np.ndarray]]) -> tuple[int, ...]:
         """Extent of every storage level's coordinate."""
@@ -223,3 +229,18 @@ def block_layout(name: str, levels_modes: Sequence[tuple[int, bool]], blocks: Se
             raise FormatError(f"{name}: block sizes must be positive integers, got {tuple(blocks)}")
     coords = tuple(LevelCoord(m, int(blocks[m]), inner) for m, inner in levels_modes)
     return Layout(f"{name}({','.join(str(int(b)) for b in blocks)})", coords, len(blocks))
+
+
+@dataclass(frozen=True)
+class InterleavedLayout(Layout):
+    """Array-of-structs COO: entries packed as a standard COO, then their coordinates
+    interleaved into one array that every level shares."""
+
+    def pack(self, levels: Sequence, coords: np.ndarray, values: np.ndarray, shape: Sequence[int],
+             itype: np.dtype) -> tuple[tuple[dict[str, np.ndarray], ...], np.ndarray]:
+        n = coords.shape[1]
+        idx = np.lexsort(coords[::-1]) if n else np.zeros(0, dtype=np.int64)
+        crd = np.ascontiguousarray(coords[:, idx].T, dtype=itype).reshape(-1)
+        arrays = [{"pos": np.array([0, n], dtype=itype), "crd": crd}]
+        arrays += [{"crd": crd} for _ in range(self.order - 1)]
+        return tuple(arrays), values[idx]
