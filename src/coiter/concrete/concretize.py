@@ -174,6 +174,7 @@ def concretize(
         stuck = {operand_accesses[idx].tensor for idx, _ in lo.transposed} & plan.expanded
         if not stuck:
             break
+        assert not stuck <= plain, "a converted operand is still seen through its layout"
         plain |= stuck
     formats = plan.formats
     dtypes = {**dtypes, **{new: dtypes[old] for new, old in plan.converted.items()}}

@@ -12,8 +12,8 @@ on the levels as they do for any other format:
   ``B(i,j) = sum(d, B'(d,j,i))`` and the sum distributes over the product around it.
 
 This is valid where the access is a multiplicative factor of the innermost reduction
-around it (or of the whole right-hand side), and, for splits, where every other use of
-a split variable is a dense (locatable) level and the result is dense. Elsewhere (a
+around it (or of the whole right-hand side), and, for splits, where every other tensor
+using a split variable (the result included) is dense. Elsewhere (a
 sum such as ``DIA + CSR``) the operand is converted at run time to a format without a
 layout, like the paper's runtime conversions.
 """
@@ -61,8 +61,10 @@ class LayoutPlan:
 
 
 def plain_format(fmt: Format) -> Format:
-    """What an operand with a layout is converted to where it cannot be expanded."""
-    return csr if fmt.order == 2 else coo(fmt.order)
+    """What an operand with a layout is converted to where it cannot be expanded: COO when
+    the layout only interleaves arrays (AoS COO), else CSR for matrices."""
+    assert fmt.layout is not None
+    return csr if fmt.order == 2 and fmt.layout.reshapes else coo(fmt.order)
 
 
 def _factors(e: Expr, ok: bool, out: set[Access]) -> None:
@@ -85,12 +87,6 @@ def _factors(e: Expr, ok: bool, out: set[Access]) -> None:
         _factors(e.b, False, out)
 
 
-def _dense_use(a: Access, fmt: Format, v: IndexVar) -> bool:
-    """Whether every level of ``a`` indexed by ``v`` is dense (located, never iterated)."""
-    if fmt.layout is not None:
-        return False
-    return all(lv.full and lv.has_locate for k, lv in enumerate(fmt.levels)
-               if a.indices[fmt.ordering[k]] == v)
 
 
 class _Expander:
@@ -120,17 +116,24 @@ class _Expander:
         _factors(self.assignment.rhs, True, factors)
         lhs = self.assignment.lhs
         result_dense = self.formats[lhs.tensor].is_dense or not lhs.indices
-        others = [a for a in accesses(self.assignment.rhs)]
-        for a in dict.fromkeys(others):
+        uses = list(dict.fromkeys(accesses(self.assignment.rhs)))
+        reshaped = [a for a in uses if self.formats[a.tensor].layout is not None
+                    and self.formats[a.tensor].layout.reshapes]  # type: ignore[union-attr]
+        plain = {a for a in reshaped if a not in factors or len(set(a.indices)) < len(a.indices)}
+        plain |= {a for a in uses if a.tensor in self.plain}
+        # a plain (converted) access iterates split variables, which then cannot be split
+        changed = True
+        while changed:
+            changed = False
+            for a in reshaped:
+                if a not in plain and not self._can_split(a, result_dense, uses, plain):
+                    plain.add(a)
+                    changed = True
+        for a in uses:
             fmt = self.formats[a.tensor]
             if fmt.layout is None:
                 continue
-            if not fmt.layout.reshapes:  # same variables, other arrays (AoS COO)
-                self._expand(a, fmt)
-                continue
-            if a in factors and a.tensor not in self.plain and len(set(a.indices)) == len(
-                    a.indices) and self._can_split(
-                    a, fmt, result_dense, others):
+            if a not in plain:
                 self._expand(a, fmt)
             elif a.tensor not in self.renamed:
                 name = self.fresh_tensor(f"{a.tensor}_plain")
@@ -138,26 +141,29 @@ class _Expander:
                 self.converted[name] = a.tensor
                 self.formats[name] = plain_format(fmt)
 
-    def _can_split(self, a: Access, fmt: Format, result_dense: bool, others: list[Access]) -> bool:
-        for c in fmt.layout.coords:  # type: ignore[union-attr]
+    def _blocks(self, a: Access, v: IndexVar) -> set[int]:
+        """Block sizes ``a``'s layout splits variable ``v`` by (0: not split)."""
+        layout = self.formats[a.tensor].layout
+        assert layout is not None
+        return {c.block for c in layout.coords if c.mode is not None and a.indices[c.mode] == v}
+
+    def _can_split(self, a: Access, result_dense: bool, uses: list[Access], plain: set[Access]) -> bool:
+        """Whether ``a``'s split variables can be recovered for every other use of them."""
+        for c in self.formats[a.tensor].layout.coords:  # type: ignore[union-attr]
             if not c.block:
                 continue
-            v = a.indices[c.mode]
-            known = self.splits.get(v)
-            if known is not None and known.block != c.block:
-                return False
             if not result_dense:
                 return False
-            for b in others:
-                if b != a and v in b.indices and not (
-                        self.formats[b.tensor].layout is not None or
-                        _dense_use(b, self.formats[b.tensor], v)):
+            v = a.indices[c.mode]
+            for b in uses:
+                if b == a or v not in b.indices:
+                    continue
+                # other users locate by the recovered coordinate (dense), or split it alike
+                fb = self.formats[b.tensor]
+                if fb.layout is None and not fb.is_dense:
                     return False
-                if b != a and v in b.indices and self.formats[b.tensor].layout is not None:
-                    bc = [c2 for c2 in self.formats[b.tensor].layout.coords  # type: ignore[union-attr]
-                          if c2.mode is not None and b.indices[c2.mode] == v]
-                    if any(c2.block != c.block for c2 in bc):
-                        return False
+                if fb.layout is not None and (b in plain or self._blocks(b, v) != {c.block}):
+                    return False
         return True
 
     def _expand(self, a: Access, fmt: Format) -> None:

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import FormatError
+from .packing import pack_levels
 
 
 @dataclass(frozen=True)
@@ -117,17 +118,7 @@ class Layout:
              itype: np.dtype) -> tuple[tuple[dict[str, np.ndarray], ...], np.ndarray]:
         """Arrays of every level and the values for unique entries ``coords``/``values``."""
         level, dims, perm = self.level_coords(coords, shape)
-        values = values[perm]
-        arrays: list[dict[str, np.ndarray]] = []
-        parent_pos = np.zeros(level.shape[1], dtype=np.int64)
-        parent_size = 1
-        for k, lv in enumerate(levels):
-            packed = lv.pack(parent_pos, level[k], parent_size, dims[k], itype)
-            arrays.append(packed.arrays)
-            parent_pos, parent_size = packed.child_pos, packed.size
-        vals = np.zeros(parent_size, dtype=values.dtype)
-        vals[parent_pos] = values
-        return tuple(arrays), vals
+        return pack_levels(levels, level, dims, values[perm], itype)
 
     def unpack(self, levels: Sequence, arrays: Sequence[dict[str, np.ndarray]], vals: np.ndarray,
                shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import FormatError, ShapeError
 from .format import Format
+from .packing import pack_levels
 
 INT32_MAX = np.iinfo(np.int32).max
 
@@ -125,19 +126,10 @@ class Storage:
                 values = np.add.reduceat(values, starts, dtype=values.dtype)
                 perm = perm[:, keep]
         itype = index_dtype or choose_index_dtype(shape, perm.shape[1] if order else 1)
-        levels: list[dict[str, np.ndarray]] = []
-        parent_pos = np.zeros(perm.shape[1] if order else 1, dtype=np.int64)
-        parent_size = 1
-        for k, level in enumerate(fmt.levels):
-            packed = level.pack(parent_pos, perm[k], parent_size, shape[fmt.ordering[k]], itype)
-            levels.append(packed.arrays)
-            parent_pos, parent_size = packed.child_pos, packed.size
-        vals = np.zeros(parent_size, dtype=values.dtype)
-        if order:
-            vals[parent_pos] = values  # entries are unique after summing duplicates
-        else:
-            vals[0] = values.sum()
-        return cls(fmt, tuple(shape), tuple(levels), vals)
+        if not order:
+            return cls(fmt, (), (), np.asarray([values.sum()], dtype=values.dtype))
+        levels, vals = pack_levels(fmt.levels, perm, [shape[m] for m in fmt.ordering], values, itype)
+        return cls(fmt, tuple(shape), levels, vals)
 
     @classmethod
     def _from_coords_layout(cls, coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...],
@@ -174,3 +166,4 @@ class Storage:
         for k, m in enumerate(fmt.ordering):
             coords[m] = per_level[k]
         return coords, self.vals[pos]
+

@@ -1,0 +1,44 @@
+"""Packing sorted coordinates into a hierarchy of levels (shared by every format)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .levels import Level
+
+
+def pack_levels(levels: Sequence[Level], crd: np.ndarray, dims: Sequence[int], values: np.ndarray,
+                itype: np.dtype) -> tuple[tuple[dict[str, np.ndarray], ...], np.ndarray]:
+    """Pack unique entries, sorted lexicographically by their level coordinates ``crd``
+    (levels × n), level by level; returns every level's arrays and the values.
+
+    Each level packs its *nodes*: the distinct coordinate paths down to it, except that a
+    non-unique level and the branchless levels under it form one tuple (COO's row and
+    column), whose nodes are the distinct paths to the end of the chain. So BCOO's
+    (block row, block column) pairs are stored once however many entries a block holds.
+    """
+    n = crd.shape[1]
+    depth = list(range(1, len(levels) + 1))  # path length that identifies level k's nodes
+    for k, lv in enumerate(levels):
+        if not lv.unique:
+            m = k
+            while m + 1 < len(levels) and levels[m + 1].branchless:
+                m += 1
+            for j in range(k, m + 1):
+                depth[j] = max(depth[j], m + 1)
+    entry_pos = np.zeros(n, dtype=np.int64)  # each entry's position in the level above
+    parent_size = 1
+    arrays: list[dict[str, np.ndarray]] = []
+    for k, lv in enumerate(levels):
+        new = np.ones(n, dtype=bool)
+        if n > 1:
+            new[1:] = np.any(crd[: depth[k], 1:] != crd[: depth[k], :-1], axis=0)
+        first = np.flatnonzero(new)
+        packed = lv.pack(entry_pos[first], crd[k][first], parent_size, dims[k], itype)
+        arrays.append(packed.arrays)
+        entry_pos = packed.child_pos[np.cumsum(new) - 1]
+        parent_size = packed.size
+    vals = np.zeros(parent_size, dtype=values.dtype)
+    vals[entry_pos] = values
+    return tuple(arrays), vals
