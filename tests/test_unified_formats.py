@@ -313,3 +313,17 @@ def test_corrupted_structures_are_rejected() -> None:
         coiter.Tensor.from_numpy(np.ones(3), format=coiter.dia())
     with pytest.raises(FormatError, match="block sizes"):
         coiter.bcsr((0, 2))
+
+
+@pytest.mark.parametrize("fmt", [coiter.coo(), coiter.coo_aos()], ids=["soa", "aos"])
+def test_coo_spmv_fuses_iterators(fmt: Format) -> None:
+    """Fig. 1a: with a dense result, COO's row and column iterators fuse into one loop over
+    the entries (no deduplication of rows); duplicate rows then simply accumulate."""
+    a = mat((9, 7), 0.4, 33)
+    x = np.random.default_rng(34).standard_normal(7)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": fmt})
+    close(k(A=coiter.Tensor.from_numpy(a, format=fmt), x=x).to_numpy(), a @ x)
+    kernel = k.source.split("int coiter_fused")[1]
+    assert "segend" not in kernel and "while" not in kernel and kernel.count("for (") == 1
+    d = _duplicated_coo(a, 35)
+    close(coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": d.format})(A=d, x=x).to_numpy(), a @ x)

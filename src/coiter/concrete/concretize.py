@@ -203,7 +203,7 @@ def concretize(
     accumulate = False
     env = Env(relations=plan.relations)
     if top_reduced:
-        if not any(f in derived for f in free) and all(
+        if not any(f in derived for f in free) and not _fuses(lhs, formats, operand_accesses) and all(
                 rank[f] < rank[r] for f in free for r in top_reduced):
             t = _Temp(lifter.fresh(), top_reduced, body, frozenset(free))
             temps.append(t)
@@ -229,6 +229,21 @@ def concretize(
         decls[lhs.tensor] = replace(decls[lhs.tensor], format=dense(len(free)))
     stmt = builder.build((), lhs, body, accumulate, frozenset())
     return ConcreteProgram(stmt, decls, lhs.tensor, env, result_conversion)
+
+
+def _fuses(lhs: Access, formats: Mapping[str, Format], operands: list[Access]) -> bool:
+    """Whether to accumulate into a dense result rather than sum into a temporary, so that
+    lowering can walk a COO operand entry by entry (iterator fusion): some operand stores a
+    result variable in a non-unique level whose child is branchless."""
+    if not lhs.indices or not formats[lhs.tensor].is_dense:
+        return False
+    for a in operands:
+        fmt = formats[a.tensor]
+        for k, level in enumerate(fmt.levels[:-1]):
+            if (not level.unique and fmt.levels[k + 1].branchless
+                    and a.indices[fmt.ordering[k]] in lhs.indices):
+                return True
+    return False
 
 
 def _storage_order_first(vars_: list[IndexVar], expanded: list[Access]) -> list[IndexVar]:

@@ -277,6 +277,7 @@ class Lowerer:
         self.extent: dict[IndexVar, IRExpr] = {}
         self.iter_names: dict[Iter, tuple[str, str]] = {}
         self.views: dict[Iter, _SortedScratch] = {}
+        self.fused: set[Iter] = set()  # non-unique iterators walked entry by entry
         self.result = prog.result
         rdecl = self.decls[self.result]
         self.result_allocated = not rdecl.format.is_dense
@@ -540,6 +541,8 @@ class Lowerer:
                 scratch += [view.key, view.at]
 
         single = len(lattice.points) == 1
+        if single and len(iters) == 1 and self._fusable(iters[0], f.body, heads, bottoms):
+            self.fused.add(iters[0])
         if lattice.points == (frozenset(),):
             body = self._case(f.body, scope, v, Var(vname), lattice, frozenset(), {}, bottoms)
             out.append(For(vname, "int64_t", Const(0), extent, block(body)))
@@ -575,7 +578,27 @@ class Lowerer:
         return out
 
     def _unique_iter(self, it: Iter) -> bool:
-        return self._level(it).unique
+        return it in self.fused or self._level(it).unique
+
+    def _fusable(self, it: Iter, body: Stmt, heads, bottoms) -> bool:
+        """Whether a non-unique level over branchless children (COO) can be walked entry by
+        entry instead of deduplicated: the paper's iterator fusion. Each entry then binds
+        the whole coordinate chain at once, which is valid when nothing below needs the
+        entries of one coordinate together: every write accumulates into a tensor located
+        by coordinate (dense), and no temporary or appended result sits in between."""
+        fmt = self.fmt(it.access.tensor)
+        if fmt.levels[it.level].unique or heads or bottoms:
+            return False
+        if it.level + 1 >= fmt.order or not fmt.levels[it.level + 1].branchless:
+            return False
+        for s in walk_stmts(body):
+            if isinstance(s, (Where, Sequence, Multi)):
+                return False
+            if isinstance(s, Assign) and not (
+                    s.accumulate and self.decls[s.lhs.tensor].role == "result"
+                    and self.decls[s.lhs.tensor].format.is_dense):
+                return False
+        return True
 
     def _iter_names(self, it: Iter) -> tuple[str, str]:
         return self.iter_names[it]
@@ -637,7 +660,7 @@ class Lowerer:
             if not merged:  # a lone iterator skips gaps (merged ones walk sorted scratch arrays)
                 found = level.pos_found(names, Var(p))
             coord[it] = Var(cname)
-            if level.unique:
+            if self._unique_iter(it):
                 nxt[it], seg[it] = add(Var(p), Const(1)), None
             else:  # deduplicate: children of the whole run of equal coordinates
                 send = self._unique(f"{p}_segend")
