@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import FormatError
+from .levels.base import check_fill
 from .packing import pack_levels
 
 
@@ -162,7 +163,9 @@ class SlotLayout(Layout):
         start[1:] = rows[1:] != rows[:-1]
         first = np.maximum.accumulate(np.where(start, np.arange(n), 0))
         slot = np.arange(n) - first
-        return slot, int(slot.max()) + 1
+        width = int(slot.max()) + 1
+        check_fill("ELL", width * (int(rows.max()) + 1), n)
+        return slot, width
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,7 @@ class DiagonalLayout(Layout):
         diff = (b - a) * self.sign  # offset of each entry's diagonal
         offsets, diag = np.unique(diff, return_inverse=True)
         na = int(shape[self.walked])
+        check_fill("DIA", offsets.shape[0] * na, values.shape[0])
         vals = np.zeros(offsets.shape[0] * na, dtype=values.dtype)
         vals[diag * na + a] = values
         return ({}, {"offset": offsets.astype(itype)}, {}), vals

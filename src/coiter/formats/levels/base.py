@@ -20,7 +20,22 @@ from typing import ClassVar
 
 import numpy as np
 
+from ...errors import FormatError
 from ...ir.nodes import IRExpr, IRStmt, Var
+
+# Padded storage (DIA, ELL, hash tables) keeps every slot of its rectangle. Past this many
+# slots per nonzero (plus an allowance for small inputs) packing refuses rather than
+# exhaust memory.
+MAX_FILL = 50
+FILL_ALLOWANCE = 10_000_000
+
+
+def check_fill(name: str, slots: int, nnz: int) -> None:
+    """Raise FormatError when padded storage would hold far more slots than entries."""
+    if slots > MAX_FILL * nnz + FILL_ALLOWANCE:
+        raise FormatError(
+            f"{name} would store {slots} slots for {nnz} nonzeros; the matrix is too irregular "
+            "for this format (store it as CSR or COO)")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...errors import FormatError
 from ...ir.nodes import Bin, Call, Const, IRExpr, Load, Var, add, mul
-from .base import Level, LevelNames, Packed, ParentPos
+from .base import Level, LevelNames, Packed, ParentPos, check_fill
 
 
 def _bucket_count(counts: np.ndarray) -> int:
@@ -113,6 +113,7 @@ class Hashed(Level):
         seg = parent_pos.astype(np.int64)
         crd = crd.astype(np.int64)
         w = _bucket_count(np.bincount(seg, minlength=parent_size))
+        check_fill("a hashed level", parent_size * w, crd.shape[0])
         table = np.full(parent_size * w, -1, dtype=np.int64)
         slot = np.full(crd.shape[0], -1, dtype=np.int64)
         live = np.arange(crd.shape[0])
