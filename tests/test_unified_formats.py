@@ -315,6 +315,16 @@ def test_corrupted_structures_are_rejected() -> None:
         coiter.bcsr((0, 2))
 
 
+def test_padded_formats_refuse_scattered_matrices() -> None:
+    """A permutation-like matrix has n diagonals: DIA would need n * n slots for n entries."""
+    n = 4000
+    perm = np.random.default_rng(36).permutation(n)
+    m = sp.csr_array((np.ones(n), (np.arange(n), perm)), shape=(n, n))
+    with pytest.raises(FormatError, match="DIA would store"):
+        coiter.Tensor.from_scipy(m).asformat(coiter.dia())
+    close(coiter.Tensor.from_scipy(m).asformat(coiter.ell()).to_numpy(), m.toarray())
+
+
 @pytest.mark.parametrize("fmt", [coiter.coo(), coiter.coo_aos()], ids=["soa", "aos"])
 def test_coo_spmv_fuses_iterators(fmt: Format) -> None:
     """Fig. 1a: with a dense result, COO's row and column iterators fuse into one loop over
