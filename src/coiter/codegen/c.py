@@ -156,19 +156,13 @@ def _(e: Un, prec: int = 0) -> str:
     return f"{e.op}{inner}"
 
 
-@expr.register
-def _(e: Min, prec: int = 0) -> str:
+@expr.register(Min)
+@expr.register(Max)
+def _(e: Min | Max, prec: int = 0) -> str:
+    macro = "COITER_MIN" if isinstance(e, Min) else "COITER_MAX"
     out = expr(e.args[0])
     for a in e.args[1:]:
-        out = f"COITER_MIN({out}, {expr(a)})"
-    return out
-
-
-@expr.register
-def _(e: Max, prec: int = 0) -> str:
-    out = expr(e.args[0])
-    for a in e.args[1:]:
-        out = f"COITER_MAX({out}, {expr(a)})"
+        out = f"{macro}({out}, {expr(a)})"
     return out
 
 

@@ -68,8 +68,7 @@ class AosCompressed(_Strided):
         self, names: LevelNames, parent: ParentPos, ancestors: tuple[IRExpr, ...] = ()
     ) -> tuple[IRExpr, IRExpr]:
         pos = names.array("pos")
-        hi = parent.hi if parent.hi is not None else add(parent.lo, Const(1))
-        return Load(pos, parent.lo), Load(pos, hi)
+        return Load(pos, parent.lo), Load(pos, parent.end)
 
     def size(self, arrays: dict[str, np.ndarray], parent_size: int, dim: int) -> int:
         return int(arrays["pos"][parent_size])
@@ -102,8 +101,7 @@ class AosSingleton(_Strided):
     def pos_bounds(
         self, names: LevelNames, parent: ParentPos, ancestors: tuple[IRExpr, ...] = ()
     ) -> tuple[IRExpr, IRExpr]:
-        hi = parent.hi if parent.hi is not None else add(parent.lo, Const(1))
-        return parent.lo, hi
+        return parent.lo, parent.end
 
     def size(self, arrays: dict[str, np.ndarray], parent_size: int, dim: int) -> int:
         return parent_size

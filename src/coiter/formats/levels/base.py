@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...errors import FormatError
-from ...ir.nodes import IRExpr, IRStmt, Var
+from ...ir.nodes import Const, IRExpr, IRStmt, Var, add
 
 # Padded storage (DIA, ELL, hash tables) keeps every slot of its rectangle. Past this many
 # slots per nonzero (plus an allowance for small inputs) packing refuses rather than
@@ -68,6 +68,11 @@ class ParentPos:
     lo: IRExpr
     hi: IRExpr | None = None  # set when the parent level is non-unique
     may_fail: bool = False  # located by a level whose locate can miss (lo < 0 then)
+
+    @property
+    def end(self) -> IRExpr:
+        """One past the last parent position: ``hi``, or ``lo + 1`` for a single position."""
+        return self.hi if self.hi is not None else add(self.lo, Const(1))
 
 
 @dataclass(frozen=True)

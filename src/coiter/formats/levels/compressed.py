@@ -29,8 +29,7 @@ class Compressed(Level):
         self, names: LevelNames, parent: ParentPos, ancestors: tuple[IRExpr, ...] = ()
     ) -> tuple[IRExpr, IRExpr]:
         pos = names.array("pos")
-        hi = parent.hi if parent.hi is not None else add(parent.lo, Const(1))
-        return Load(pos, parent.lo), Load(pos, hi)
+        return Load(pos, parent.lo), Load(pos, parent.end)
 
     def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return Load(names.array("crd"), p)

@@ -7,7 +7,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...errors import FormatError
-from ...ir.nodes import Assign, Const, IRExpr, IRStmt, Load, add
+from ...ir.nodes import Assign, IRExpr, IRStmt, Load
 from .base import Level, LevelNames, Packed, ParentPos
 
 
@@ -27,8 +27,7 @@ class Singleton(Level):
     def pos_bounds(
         self, names: LevelNames, parent: ParentPos, ancestors: tuple[IRExpr, ...] = ()
     ) -> tuple[IRExpr, IRExpr]:
-        hi = parent.hi if parent.hi is not None else add(parent.lo, Const(1))
-        return parent.lo, hi
+        return parent.lo, parent.end
 
     def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return Load(names.array("crd"), p)
