@@ -337,3 +337,24 @@ def test_coo_spmv_fuses_iterators(fmt: Format) -> None:
     assert "segend" not in kernel and "while" not in kernel and kernel.count("for (") == 1
     d = _duplicated_coo(a, 35)
     close(coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": d.format})(A=d, x=x).to_numpy(), a @ x)
+
+
+def test_missed_locates_store_no_zeros_and_walk_nothing() -> None:
+    """A hashed operand located in an intersection leaves no explicit zeros where it misses,
+    and a level below a missed locate is not walked (its parent position is negative)."""
+    a, b = mat((20, 20), 0.3, 37), mat((20, 20), 0.3, 38)
+    H = coiter.Tensor.from_numpy(a, format=coiter.hash_matrix())
+    for expr, want in [("C(i,j) = A(i,j) * B(i,j)", a * b),
+                       ("C(i,j) = A(i,j) * B(i,j) + B(i,j)", a * b + b)]:
+        got = coiter.evaluate(expr, A=H, B=sp.csr_array(b), out_format=coiter.csr)
+        close(got.to_numpy(), want)
+        assert got.nnz == np.count_nonzero(want)
+    hs = Format([coiter.Hashed(), Compressed()])  # hashed rows, each a compressed row
+    c = mat((6, 5), 0.5, 39)
+    c[[1, 4]] = 0.0
+    C = coiter.Tensor.from_numpy(c, format=hs)
+    d = mat((6, 5), 0.7, 40)
+    got = coiter.evaluate("E(i,j) = D(i,j) * C(i,j)", D=coiter.Tensor.from_numpy(d, format="ss"),
+                          C=C, out_format=coiter.csr)
+    close(got.to_numpy(), d * c)
+    assert got.nnz == np.count_nonzero(d * c)

@@ -10,7 +10,7 @@ from .errors import (
     ShapeError,
 )
 from .formats import (
-    Compressed, Dense, Format, Hashed, Layout, Level, LevelCoord, LevelNames, Offset,
+    Compressed, Dense, Format, Hashed, Layout, Level, LevelCoord, LevelNames, Offset, Packed,
     PaddedSingleton, ParentPos, Range, Singleton, bcoo, bcsr, coo, coo_aos, csb, csc, csf, csr,
     dcsc, dcsr, dense, dia, ell, hash_matrix, hash_vector, parse_format, register_level,
     sparse_vector,
@@ -27,9 +27,9 @@ __version__ = "0.1.0"
 __all__ = [
     "compile", "evaluate", "einsum", "default_result_format", "parse", "Kernel", "Tensor",
     "index_vars", "IndexVar", "Assignment", "read", "write", "Format", "Level", "LevelNames",
-    "ParentPos", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed", "Range",
-    "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf", "csr",
-    "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector", "hash_matrix",
-    "sparse_vector", "coo_aos", "CoiterError", "CompileError", "DTypeError", "FormatError",
-    "KernelError", "ParseError", "ScheduleError", "ShapeError",
+    "ParentPos", "Packed", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed",
+    "Range", "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf",
+    "csr", "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector",
+    "hash_matrix", "sparse_vector", "coo_aos", "CoiterError", "CompileError", "DTypeError",
+    "FormatError", "KernelError", "ParseError", "ScheduleError", "ShapeError",
 ]

@@ -5,13 +5,14 @@ from .format import (
 )
 from .layout import Layout, LevelCoord
 from .levels import (
-    Compressed, Dense, Hashed, Level, LevelNames, Offset, PaddedSingleton, ParentPos, Range,
-    Singleton, register_level,
+    Compressed, Dense, Hashed, Level, LevelNames, Offset, Packed, PaddedSingleton, ParentPos,
+    Range, Singleton, register_level,
 )
 
 __all__ = [
     "Format", "FormatLike", "as_format", "parse_format", "coo", "csf", "csr", "csc", "dcsr",
     "dcsc", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector", "hash_matrix",
-    "sparse_vector", "coo_aos", "Layout", "LevelCoord", "Level", "LevelNames", "ParentPos", "Dense",
-    "Compressed", "Singleton", "Hashed", "Range", "Offset", "PaddedSingleton", "register_level",
+    "sparse_vector", "coo_aos", "Layout", "LevelCoord", "Level", "LevelNames", "ParentPos",
+    "Packed", "Dense", "Compressed", "Singleton", "Hashed", "Range", "Offset", "PaddedSingleton",
+    "register_level",
 ]

@@ -532,7 +532,10 @@ class Lowerer:
             names = self.names(it.access.tensor, it.level)
             level = self.fmt(it.access.tensor).levels[it.level]
             parent = scope.pos.get((it.access, it.level - 1), ParentPos(Const(0)))
-            bounds[it] = level.pos_bounds(names, parent, self._ancestors(scope, it.access, it.level))
+            begin, end = level.pos_bounds(names, parent, self._ancestors(scope, it.access, it.level))
+            if parent.may_fail:  # the parent's locate missed: nothing to walk
+                begin, end = (Select(Bin(">=", parent.lo, Const(0)), x, Const(0)) for x in (begin, end))
+            bounds[it] = (begin, end)
             out += level.iter_init(names)
             if self._needs_order(it, lattice, bool(bottoms)):
                 out += self._scratch(it, *bounds[it], scope)
@@ -757,15 +760,42 @@ class Lowerer:
         scope = scope.with_pos(items)
         scope, located = self.resolve(scope, _stmt_accesses(restricted), _lhs_accesses(restricted))
         out += located
-        out += self.lower(restricted, scope)
-        for a, g in bottoms:
-            append = self._append(a, g, scope)
-            if g.counter in starts:
-                child, start = starts[g.counter]
-                out.append(If(Bin(">", Var(child.counter), Var(start)), block(append)))
-            else:
-                out += append
+        out += self._guarded(restricted, scope, bottoms, starts, self._may_miss(restricted, scope))
         return out
+
+    def _may_miss(self, s: Stmt, scope: Scope) -> list[Access]:
+        """Operands of ``s`` located (at their last level) by a locate that can miss."""
+        out = []
+        for a in _stmt_accesses(s):
+            decl = self.decls[a.tensor]
+            where = scope.pos.get((a, decl.order - 1)) if decl.order else None
+            if decl.role == "input" and where is not None and where.may_fail:
+                out.append(a)
+        return out
+
+    def _guarded(self, s: Stmt, scope: Scope, bottoms, starts, missing: list[Access]) -> list[IRStmt]:
+        """``s`` and the appends of this case, branching on operands whose locate may have
+        missed: present, the statement as is; absent, the statement without them (nothing
+        at all, so no explicit zero is stored, when they are factors)."""
+        if not missing:
+            out = self.lower(s, scope)
+            for a, g in bottoms:
+                append = self._append(a, g, scope)
+                if g.counter in starts:
+                    child, start = starts[g.counter]
+                    out.append(If(Bin(">", Var(child.counter), Var(start)), block(append)))
+                else:
+                    out += append
+            return out
+        a, rest = missing[0], missing[1:]
+        found = Bin(">=", scope.pos[(a, self.decls[a.tensor].order - 1)].lo, Const(0))
+        then = self._guarded(s, scope, bottoms, starts, rest)
+        absent = restrict(s, frozenset({a}))
+        other: list[IRStmt] = []
+        if absent is not None:
+            other = self._guarded(absent, scope, bottoms, starts,
+                                  [m for m in rest if m in _stmt_accesses(absent)])
+        return [If(found, block(then), block(other) if other else None)]
 
     def _group_of_next_append(self, k: int) -> _Group | None:
         return next((g for g in self.groups if g.head == k), None)
