@@ -215,13 +215,16 @@ def dia() -> Format:
 def bcsr(block: Sequence[int] = (2, 2)) -> Format:
     """Block CSR: a CSR matrix of dense ``block[0] × block[1]`` blocks (SciPy's BSR)."""
     layout = block_layout("bcsr", [(0, False), (1, False), (0, True), (1, True)], tuple(block))
-    return Format([Dense(), Compressed(), Dense(), Dense()], layout=layout)
+    bi, bj = (int(b) for b in block)
+    return Format([Dense(), Compressed(), Dense(extent=bi), Dense(extent=bj)], layout=layout)
 
 
 def bcoo(block: Sequence[int] = (2, 2)) -> Format:
     """Block COO: a coordinate list of dense blocks."""
     layout = block_layout("bcoo", [(0, False), (1, False), (0, True), (1, True)], tuple(block))
-    return Format([Compressed(unique=False), Singleton(), Dense(), Dense()], layout=layout)
+    bi, bj = (int(b) for b in block)
+    levels = [Compressed(unique=False), Singleton(), Dense(extent=bi), Dense(extent=bj)]
+    return Format(levels, layout=layout)
 
 
 def csb(block: Sequence[int] = (2, 2)) -> Format:

@@ -219,6 +219,8 @@ class DiagonalLayout(Layout):
 def block_layout(name: str, levels_modes: Sequence[tuple[int, bool]], blocks: Sequence[int]) -> Layout:
     """Layout splitting every mode ``m`` by ``blocks[m]``; ``levels_modes`` lists, per level,
     (mode, inner?)."""
+    if len(blocks) != len({m for m, _ in levels_modes}):
+        raise FormatError(f"{name}: give one block size per mode, got {tuple(blocks)}")
     for b in blocks:
         if not isinstance(b, (int, np.integer)) or b < 1:
             raise FormatError(f"{name}: block sizes must be positive integers, got {tuple(blocks)}")

@@ -905,7 +905,9 @@ class Lowerer:
                     decl = self.decls[a.tensor]
                     if decl.role in ("input", "result"):
                         for k in range(decl.order):
-                            self.extent.setdefault(self.level_var(a, k), self.names(a.tensor, k).dimension)
+                            level = decl.format.levels[k]
+                            self.extent.setdefault(self.level_var(a, k),
+                                                   level.dimension(self.names(a.tensor, k)))
         for name, decl in self.decls.items():
             if decl.role == "workspace":
                 prologue += self._workspace_alloc(name, decl)

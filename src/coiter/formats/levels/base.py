@@ -125,6 +125,11 @@ class Level(ABC):
         return self.kind + (f"({', '.join(flags)})" if flags else "")
 
     # --- iteration (IR) ----------------------------------------------------------------------
+    def dimension(self, names: LevelNames) -> IRExpr:
+        """The extent of this level's coordinate in generated code (a constant when the
+        format fixes it, else the run-time dimension parameter)."""
+        return names.dimension
+
     # ``ancestors`` are the coordinates of the levels above, outermost first: range and
     # offset levels compute bounds and coordinates from them (the paper's i_1..i_{k-1}).
     def pos_bounds(

@@ -1,4 +1,8 @@
-"""Dense level: every coordinate of the dimension, positions by arithmetic."""
+"""Dense level: every coordinate of the dimension, positions by arithmetic.
+
+``extent`` fixes the dimension at compile time (the blocks of BCSR and friends), so
+kernels are specialised on it: loops and position arithmetic use a constant.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,12 +10,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from ...ir.nodes import IRExpr, add, mul
+from ...errors import FormatError
+from ...ir.nodes import Const, IRExpr, add, mul
 from .base import Level, LevelNames, Packed
 
 
 @dataclass(frozen=True)
 class Dense(Level):
+    extent: int = 0  # 0: the tensor's dimension, known at run time
     kind: ClassVar[str] = "dense"
     letter: ClassVar[str] = "d"
     arrays: ClassVar[tuple[str, ...]] = ()
@@ -19,13 +25,18 @@ class Dense(Level):
     has_locate: ClassVar[bool] = True
     has_insert: ClassVar[bool] = True
 
+    def dimension(self, names: LevelNames) -> IRExpr:
+        return Const(self.extent) if self.extent else names.dimension
+
     def locate(self, names: LevelNames, parent: IRExpr, coord: IRExpr) -> IRExpr:
-        return add(mul(parent, names.dimension), coord)
+        return add(mul(parent, self.dimension(names)), coord)
 
     def size(self, arrays: dict[str, np.ndarray], parent_size: int, dim: int) -> int:
         return parent_size * dim
 
     def validate(self, arrays: dict[str, np.ndarray], parent_size: int, dim: int, where: str) -> int:
+        if self.extent and dim != self.extent:
+            raise FormatError(f"{where}: dimension {dim}, the format fixes {self.extent}")
         return parent_size * dim
 
     def pack(
