@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import FormatError
 from ..formats.format import Format, dense
 from ..formats.levels.workspace import WorkspaceList
-from ..lattice.graph import Edge, choose_order
+from ..lattice.graph import Edge, LoopOrder, choose_order
 from ..notation.ast import (
     Access,
     Assignment,
@@ -36,8 +36,8 @@ from ..notation.ast import (
     index_vars_of,
     walk,
 )
-from .layouts import expand_layouts
-from .stmt import Assign, ConcreteProgram, Env, Forall, Stmt, TensorDecl, Where
+from .layouts import LayoutPlan, expand_layouts
+from .stmt import Assign, ConcreteProgram, Env, Forall, Stmt, TensorDecl, Where, walk_stmts
 
 Derived = Mapping[IndexVar, tuple[IndexVar, ...]]
 
@@ -143,39 +143,11 @@ def concretize(
     lhs = assignment.lhs
     _check_denominators(assignment.rhs, formats)
     final_fmt = formats[lhs.tensor]
-    formats = {**formats, lhs.tensor: final_fmt.assembly_format()}
-    original = assignment
-    plain: frozenset[str] = frozenset()
-    while True:
-        lifter = _Lifter(set(formats))
-        plan = expand_layouts(original, formats, lifter.fresh, plain)
-        assignment = plan.assignment
-        derived: Derived = {s.parent: s.derived() for s in plan.relations}
-        lifter.derived = derived
-        top_reduced, top_body = _peel(assignment.rhs)
-        body = lifter.lift(top_body)
-        temps = lifter.temps
-
-        # --- loop order -------------------------------------------------------------------
-        free = list(lhs.indices)
-        result_fmt = plan.formats[lhs.tensor]
-        result_path = [free[m] for m in result_fmt.ordering]
-        all_vars = _loop_vars(
-            result_path + [v for v in index_vars_of(assignment.rhs) if v not in free], derived)
-        all_vars = _storage_order_first(
-            [v for v in all_vars if v not in derived],
-            [a for a in accesses(assignment.rhs) if a.tensor in plan.expanded])
-        required: list[Edge] = [(f, r) for t in temps for f in _loop_vars(t.free, derived)
-                                for r in t.reduced]
-        operand_accesses = _operand_accesses(body, temps)
-        operands = [(a, plan.formats[a.tensor]) for a in operand_accesses]
-        lo = choose_order(all_vars, operands, (lhs, result_fmt), required)
-        # an operand seen through its layout's levels cannot be transposed: convert it instead
-        stuck = {operand_accesses[idx].tensor for idx, _ in lo.transposed} & plan.expanded
-        if not stuck:
-            break
-        assert not stuck <= plain, "a converted operand is still seen through its layout"
-        plain |= stuck
+    lp = _plan_loops(assignment, {**formats, lhs.tensor: final_fmt.assembly_format()})
+    plan, lifter, body, temps, lo = lp.layouts, lp.lifter, lp.body, lp.temps, lp.order
+    top_reduced, derived, operand_accesses = lp.top_reduced, lp.derived, lp.operands
+    free = list(lhs.indices)
+    result_fmt = plan.formats[lhs.tensor]
     formats = plan.formats
     dtypes = {**dtypes, **{new: dtypes[old] for new, old in plan.converted.items()}}
     rank = {v: n for n, v in enumerate(lo.order)}
@@ -203,8 +175,8 @@ def concretize(
     accumulate = False
     env = Env(relations=plan.relations)
     if top_reduced:
-        if not any(f in derived for f in free) and not _fuses(lhs, formats, operand_accesses) and all(
-                rank[f] < rank[r] for f in free for r in top_reduced):
+        gather = not any(f in derived for f in free) and not _fuses(lhs, formats, operand_accesses)
+        if gather and all(rank[f] < rank[r] for f in free for r in top_reduced):
             t = _Temp(lifter.fresh(), top_reduced, body, frozenset(free))
             temps.append(t)
             decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp")
@@ -223,12 +195,69 @@ def concretize(
             decls[w.tensor] = TensorDecl(w.tensor, Format([WorkspaceList()]),
                                          np.dtype(result_dtype), "workspace", (ws,))
             stmt = builder.workspace(lhs, w, body)
-            return ConcreteProgram(stmt, decls, lhs.tensor, env, result_conversion)
+            return ConcreteProgram(stmt, _used(decls, stmt), lhs.tensor, env, result_conversion)
         # no single workspace helps: compute densely, convert afterwards
         result_conversion = final_fmt
         decls[lhs.tensor] = replace(decls[lhs.tensor], format=dense(len(free)))
     stmt = builder.build((), lhs, body, accumulate, frozenset())
-    return ConcreteProgram(stmt, decls, lhs.tensor, env, result_conversion)
+    return ConcreteProgram(stmt, _used(decls, stmt), lhs.tensor, env, result_conversion)
+
+
+def _used(decls: dict[str, TensorDecl], stmt: Stmt) -> dict[str, TensorDecl]:
+    """``decls`` without operands the statement no longer reads (replaced by a converted
+    copy), so kernels do not take their arrays."""
+    read = {a.tensor for s in walk_stmts(stmt) if isinstance(s, Assign) for a in accesses(s.rhs)}
+    return {n: d for n, d in decls.items() if d.role != "input" or n in read}
+
+
+@dataclass
+class _LoopPlan:
+    """Accesses over level variables, temporaries, and the loop order chosen for them."""
+
+    layouts: LayoutPlan
+    lifter: _Lifter
+    body: Expr
+    temps: list[_Temp]
+    top_reduced: tuple[IndexVar, ...]
+    derived: Derived
+    operands: list[Access]
+    order: LoopOrder
+
+
+def _plan_loops(assignment: Assignment, formats: Mapping[str, Format]) -> _LoopPlan:
+    """Rewrite accesses through layouts, lift nested reductions and order the loops.
+
+    An operand seen through its layout's levels cannot be transposed; where the order
+    needs that, the operand is converted to a plain format instead and planning restarts.
+    """
+    lhs = assignment.lhs
+    plain: frozenset[str] = frozenset()
+    while True:
+        lifter = _Lifter(set(formats))
+        layouts = expand_layouts(assignment, formats, lifter.fresh, plain)
+        derived: Derived = {s.parent: s.derived() for s in layouts.relations}
+        lifter.derived = derived
+        rhs = layouts.assignment.rhs
+        top_reduced, top_body = _peel(rhs)
+        body = lifter.lift(top_body)
+        temps = lifter.temps
+        free = list(lhs.indices)
+        result_fmt = layouts.formats[lhs.tensor]
+        result_path = [free[m] for m in result_fmt.ordering]
+        all_vars = _loop_vars(result_path + [v for v in index_vars_of(rhs) if v not in free],
+                              derived)
+        all_vars = _storage_order_first([v for v in all_vars if v not in derived],
+                                        [a for a in accesses(rhs) if a.tensor in layouts.expanded])
+        required: list[Edge] = [(f, r) for t in temps for f in _loop_vars(t.free, derived)
+                                for r in t.reduced]
+        operands = _operand_accesses(body, temps)
+        order = choose_order(all_vars, [(a, layouts.formats[a.tensor]) for a in operands],
+                             (lhs, result_fmt), required)
+        stuck = {operands[idx].tensor for idx, _ in order.transposed} & layouts.expanded
+        if not stuck:
+            return _LoopPlan(layouts, lifter, body, temps, top_reduced, derived, operands, order)
+        assert not stuck <= plain, "a converted operand is still seen through its layout"
+        plain |= stuck
 
 
 def _fuses(lhs: Access, formats: Mapping[str, Format], operands: list[Access]) -> bool:
