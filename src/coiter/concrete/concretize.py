@@ -30,6 +30,7 @@ from ..notation.ast import (
     Div,
     Expr,
     IndexVar,
+    Mul,
     Neg,
     Reduction,
     accesses,
@@ -142,6 +143,7 @@ def concretize(
     """
     lhs = assignment.lhs
     _check_denominators(assignment.rhs, formats)
+    assignment = replace(assignment, rhs=_wrap(*_hoist(assignment.rhs)))
     final_fmt = formats[lhs.tensor]
     lp = _plan_loops(assignment, {**formats, lhs.tensor: final_fmt.assembly_format()})
     plan, lifter, body, temps, lo = lp.layouts, lp.lifter, lp.body, lp.temps, lp.order
@@ -210,6 +212,35 @@ def _used(decls: dict[str, TensorDecl], stmt: Stmt) -> dict[str, TensorDecl]:
     return {n: d for n, d in decls.items() if d.role != "input" or n in read}
 
 
+def _wrap(vars_: tuple[IndexVar, ...], body: Expr) -> Expr:
+    for v in reversed(vars_):
+        body = Reduction(v, body)
+    return body
+
+
+def _hoist(e: Expr) -> tuple[tuple[IndexVar, ...], Expr]:
+    """Pull sums out of products (``sum(k, B*C) * D = sum(k, B*C*D)`` when ``D`` does not use
+    ``k``): one reduction over a whole product needs no temporary, so its loops can follow
+    the operands' storage (MTTKRP walks a CSF tensor in order). Sums under additions stay
+    where they are, which is what makes ``A(i,j)*x(j) + z(i)`` sum ``j`` over the product."""
+    if isinstance(e, Reduction):
+        vars_, body = _peel(e)
+        inner, body = _hoist(body)
+        return vars_ + inner, body
+    if isinstance(e, Neg):
+        vars_, a = _hoist(e.operand)
+        return vars_, Neg(a)
+    if isinstance(e, (Mul, Div)):
+        va, a = _hoist(e.a)
+        vb, b = _hoist(e.b) if isinstance(e, Mul) else ((), e.b)
+        if set(va) & set(index_vars_of(b)) or set(vb) & set(index_vars_of(a)):
+            return (), type(e)(_wrap(va, a), _wrap(vb, b))
+        return va + vb, type(e)(a, b)
+    if isinstance(e, BinaryExpr):
+        return (), type(e)(_wrap(*_hoist(e.a)), _wrap(*_hoist(e.b)))
+    return (), e
+
+
 @dataclass
 class _LoopPlan:
     """Accesses over level variables, temporaries, and the loop order chosen for them."""
@@ -248,6 +279,7 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format]) -> _LoopP
                               derived)
         all_vars = _storage_order_first([v for v in all_vars if v not in derived],
                                         [a for a in accesses(rhs) if a.tensor in layouts.expanded])
+        all_vars = _dense_last(all_vars, accesses(rhs) + [lhs], layouts.formats)
         required: list[Edge] = [(f, r) for t in temps for f in _loop_vars(t.free, derived)
                                 for r in t.reduced]
         operands = _operand_accesses(body, temps)
@@ -273,6 +305,21 @@ def _fuses(lhs: Access, formats: Mapping[str, Format], operands: list[Access]) -
                     and a.indices[fmt.ordering[k]] in lhs.indices):
                 return True
     return False
+
+
+def _dense_last(vars_: list[IndexVar], accs: list[Access],
+                formats: Mapping[str, Format]) -> list[IndexVar]:
+    """Loop preference with variables that only index dense levels moved innermost (stably):
+    SpMM and MTTKRP then stream a dense row per nonzero instead of re-walking sparse
+    fibers once per dense column. Concordance edges still put every variable a sparse
+    level depends on first."""
+    sparse: set[IndexVar] = set()
+    for a in accs:
+        fmt = formats[a.tensor]
+        for k, level in enumerate(fmt.levels):
+            if not (level.full and level.has_locate):
+                sparse.update(a.indices[fmt.ordering[j]] for j in range(k + 1))
+    return [v for v in vars_ if v in sparse] + [v for v in vars_ if v not in sparse]
 
 
 def _storage_order_first(vars_: list[IndexVar], expanded: list[Access]) -> list[IndexVar]:

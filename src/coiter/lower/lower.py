@@ -85,6 +85,8 @@ class KernelIR:
 class Scope:
     coords: Mapping[IndexVar, IRExpr] = field(default_factory=dict)
     pos: Mapping[tuple[Access, int], ParentPos] = field(default_factory=dict)
+    # split variables whose in-block loop is bounded so they stay inside the tensor
+    bounded: frozenset[IndexVar] = frozenset()
 
     def with_coord(self, v: IndexVar, e: IRExpr) -> Scope:
         return replace(self, coords={**self.coords, v: e})
@@ -547,8 +549,9 @@ class Lowerer:
         if single and len(iters) == 1 and self._fusable(iters[0], f.body, heads, bottoms):
             self.fused.add(iters[0])
         if lattice.points == (frozenset(),):
-            body = self._case(f.body, scope, v, Var(vname), lattice, frozenset(), {}, bottoms)
-            out.append(For(vname, "int64_t", Const(0), extent, block(body)))
+            end, inner = self._split_bound(v, extent, scope)
+            body = self._case(f.body, inner, v, Var(vname), lattice, frozenset(), {}, bottoms)
+            out.append(For(vname, "int64_t", Const(0), end, block(body)))
         elif single and len(iters) == 1 and self._unique_iter(iters[0]):
             it = iters[0]
             p, _ = self._iter_names(it)
@@ -716,6 +719,17 @@ class Lowerer:
             return recovered + [If(conj(guards), block(inner))] if inner else []
         return recovered + self._case_body(restricted, scope, bottoms, present)
 
+    def _split_bound(self, v: IndexVar, extent: IRExpr, scope: Scope) -> tuple[IRExpr, Scope]:
+        """Loop bound of a dense in-block variable: the block, cut where the last block runs
+        past the tensor (``min(b, N - i_b * b)``), which makes recovery need no guard."""
+        for rel in self.prog.env.relations:
+            outer, inner = rel.derived()
+            parent = rel.parents()[0]
+            if inner == v and outer in scope.coords and parent in self.extent:
+                rest = Bin("-", self.extent[parent], mul(scope.coords[outer], Const(rel.block)))
+                return Min((extent, rest)), replace(scope, bounded=scope.bounded | {parent})
+        return extent, scope
+
     def _recover(self, scope: Scope) -> tuple[Scope, list[IRStmt], list[IRExpr]]:
         """Coordinates of split variables whose block and in-block loops are both bound
         (provenance: ``i = i_b * b + i_e``), with guards that they are inside the tensor
@@ -731,7 +745,7 @@ class Lowerer:
             stmts.append(Decl("int64_t", name, add(mul(scope.coords[outer], Const(rel.block)),
                                                    scope.coords[inner])))
             scope = scope.with_coord(parent, Var(name))
-            if parent in self.extent:
+            if parent in self.extent and parent not in scope.bounded:
                 guards.append(lt(Var(name), self.extent[parent]))
         return scope, stmts, guards
 
