@@ -51,7 +51,9 @@ static void coiter_sort_index(int64_t* a, int64_t n, const uint8_t* set, int64_t
 #define COITER_HASH_LOCATE(T) \
 static inline int64_t coiter_hash_locate_##T(const T* crd, int64_t W, int64_t parent, int64_t c) {{ \
   if (parent < 0 || W <= 0) return -1; \
-  int64_t base = parent * W, b = c % W; \
+  /* tables coiter packs have a power-of-two W: a mask instead of a division */ \
+  int64_t mask = (W & (W - 1)) ? -1 : W - 1; \
+  int64_t base = parent * W, b = mask >= 0 ? (c & mask) : c % W; \
   for (int64_t n = 0; n < W; n++) {{ \
     T v = crd[base + b]; \
     if (v == c) return base + b; \
