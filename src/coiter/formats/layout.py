@@ -80,7 +80,9 @@ class Layout:
     def hidden_dim(self, k: int, shape: Sequence[int], levels: Sequence[dict]) -> int:
         raise FormatError(f"layout {self.name} has no hidden levels")
 
-    def hidden_coords(self, k: int, level_crd: list[np.ndarray], coords: np.ndarray) -> tuple[np.ndarray, int]:
+    def hidden_coords(
+        self, k: int, level_crd: list[np.ndarray], coords: np.ndarray
+    ) -> tuple[np.ndarray, int]:
         """Coordinates (and extent) of hidden level ``k`` for entries sorted by the levels above."""
         raise FormatError(f"layout {self.name} has no hidden levels")
 
@@ -89,8 +91,10 @@ class Layout:
         self, coords: np.ndarray, shape: Sequence[int]
     ) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
         """Level coordinates (levels × n) of unique entries sorted lexicographically by level,
-        the level extents, and the permutation of the entries that sorting applied. Hidden coordinates are derived after sorting by the levels
-        above them, so a hidden level may rank entries (ELL's slot in a row)."""
+        the level extents, and the permutation of the entries that sorting applied.
+        Hidden coordinates are derived after sorting by the levels above them, so a hidden
+        level may rank entries (ELL's slot in a row).
+        """
         n = coords.shape[1]
         dims: list[int] = []
         crd: list[np.ndarray] = []
@@ -154,7 +158,9 @@ class SlotLayout(Layout):
         width = int(levels[-1]["crd"].shape[0]) if levels else 0
         return width // rows if rows else 0
 
-    def hidden_coords(self, k: int, level_crd: list[np.ndarray], coords: np.ndarray) -> tuple[np.ndarray, int]:
+    def hidden_coords(
+        self, k: int, level_crd: list[np.ndarray], coords: np.ndarray
+    ) -> tuple[np.ndarray, int]:
         rows = level_crd[-1]
         n = rows.shape[0]
         if not n:

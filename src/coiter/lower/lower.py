@@ -24,7 +24,7 @@ from ..concrete.stmt import (
     Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts,
 )
 from ..errors import FormatError
-from ..formats.levels.base import LevelNames, ParentPos
+from ..formats.levels.base import Level, LevelNames, ParentPos
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function,
     If, IRExpr, IRStmt, Load, Max, Min, Param, Return, Select, Un, Var, While, add, block, conj, eq,
@@ -111,7 +111,7 @@ class _SortedScratch:
     sorted by coordinate: the paper's reordering conversion, so it can be co-iterated or
     appended in order. Quacks like the level for the functions lowering calls."""
 
-    level: object  # the Level being reordered
+    level: Level  # the level being reordered
     names: LevelNames
     key: str  # scratch array of coordinates
     at: str  # scratch array of the level positions they come from
@@ -487,9 +487,13 @@ class Lowerer:
         return merges or appends
 
     def _scratch(self, it: Iter, begin: IRExpr, end: IRExpr, scope: Scope) -> list[IRStmt]:
-        """Collect the valid positions of ``it`` in ``[begin, end)`` sorted by coordinate."""
+        """Collect the valid positions of ``it`` in ``[begin, end)``, sorted by coordinate
+        unless the level is ordered already (then gaps are only squeezed out)."""
         level = self.fmt(it.access.tensor).levels[it.level]
         names = self.names(it.access.tensor, it.level)
+        if not level.unique:
+            raise FormatError(f"{it.access.tensor}: level {it.level + 1} ({level}) is non-unique "
+                              "and must be reordered here; store it ordered or unique")
         base = f"p{names.tensor}{names.k}"
         key, at, n, q = (self._unique(f"{base}_{x}") for x in ("key", "at", "n", "q"))
         self.views[it] = _SortedScratch(level, names, key, at, n)
@@ -501,13 +505,15 @@ class Lowerer:
             out.append(If(Un("!", Var(arr)), block(Return(Const(1)))))
         out.append(Decl("int64_t", n, Const(0)))
         record = block(
-            IRAssign(Load(key, Var(n)), level.pos_access(names, Var(q), self._ancestors(scope, it.access, it.level))),
+            IRAssign(Load(key, Var(n)),
+                     level.pos_access(names, Var(q), self._ancestors(scope, it.access, it.level))),
             IRAssign(Load(at, Var(n)), Var(q)),
             IRAssign(Var(n), Const(1), "+="),
         )
         found = level.pos_found(names, Var(q))
         out.append(For(q, "int64_t", begin, end, block(If(found, record) if found is not None else record)))
-        out.append(If(Call("coiter_sort_pairs", (Var(key), Var(at), Var(n))), block(Return(Const(1)))))
+        if not level.ordered:
+            out.append(If(Call("coiter_sort_pairs", (Var(key), Var(at), Var(n))), block(Return(Const(1)))))
         return out
 
     def lower_forall(self, f: Forall, scope: Scope) -> list[IRStmt]:

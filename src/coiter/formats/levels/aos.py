@@ -51,7 +51,9 @@ class _Strided(Level):
         return child, parent_index, arrays["crd"][child * self.stride + self.field].astype(np.int64)
 
     @abstractmethod
-    def _children(self, arrays: dict[str, np.ndarray], parent_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _children(
+        self, arrays: dict[str, np.ndarray], parent_pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Positions of the children of ``parent_pos`` and which parent each comes from."""
 
 
@@ -81,7 +83,9 @@ class AosCompressed(_Strided):
         self._check_field(arrays["crd"], n, dim, where)
         return n
 
-    def _children(self, arrays: dict[str, np.ndarray], parent_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _children(
+        self, arrays: dict[str, np.ndarray], parent_pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         pos = arrays["pos"].astype(np.int64)
         counts = pos[parent_pos + 1] - pos[parent_pos]
         parent_index = np.repeat(np.arange(parent_pos.shape[0]), counts)
@@ -110,5 +114,7 @@ class AosSingleton(_Strided):
         self._check_field(arrays["crd"], parent_size, dim, where)
         return parent_size
 
-    def _children(self, arrays: dict[str, np.ndarray], parent_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _children(
+        self, arrays: dict[str, np.ndarray], parent_pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         return parent_pos.astype(np.int64), np.arange(parent_pos.shape[0])
