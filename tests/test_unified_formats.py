@@ -328,17 +328,22 @@ def test_padded_formats_refuse_scattered_matrices() -> None:
 
 
 @pytest.mark.parametrize("fmt", [coiter.coo(), coiter.coo_aos()], ids=["soa", "aos"])
-def test_coo_spmv_fuses_iterators(fmt: Format) -> None:
-    """Fig. 1a: with a dense result, COO's row and column iterators fuse into one loop over
-    the entries (no deduplication of rows); duplicate rows then simply accumulate."""
-    a = mat((9, 7), 0.4, 33)
-    x = np.random.default_rng(34).standard_normal(7)
-    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": fmt})
-    close(k(A=coiter.Tensor.from_numpy(a, format=fmt), x=x).to_numpy(), a @ x)
+def test_coo_iterators_fuse(fmt: Format) -> None:
+    """Fig. 1a: A = B * C with B COO and C, A dense walks B's entries in one loop (the row
+    and column iterators fused, rows not deduplicated); duplicates then just accumulate.
+    SpMV instead deduplicates rows, to sum each row in a register."""
+    b, c = mat((9, 7), 0.4, 33), mat((9, 7), 1.0, 34)
+    k = coiter.compile("A(i,j) = B(i,j) * C(i,j)", formats={"B": fmt, "A": "dd"})
+    close(k(B=coiter.Tensor.from_numpy(b, format=fmt), C=c).to_numpy(), b * c)
     kernel = k.source.split("int coiter_fused")[1]
     assert "segend" not in kernel and "while" not in kernel and kernel.count("for (") == 1
-    d = _duplicated_coo(a, 35)
-    close(coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": d.format})(A=d, x=x).to_numpy(), a @ x)
+    x = c[0]
+    spmv = coiter.compile("y(i) = B(i,j) * x(j)", formats={"B": fmt})
+    close(spmv(B=coiter.Tensor.from_numpy(b, format=fmt), x=x).to_numpy(), b @ x)
+    assert "segend" in spmv.source
+    d = _duplicated_coo(b, 35)
+    close(coiter.compile("A(i,j) = B(i,j) * C(i,j)", formats={"B": d.format, "A": "dd"})(
+        B=d, C=c).to_numpy(), b * c)
 
 
 def test_missed_locates_store_no_zeros_and_walk_nothing() -> None:

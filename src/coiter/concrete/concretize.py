@@ -177,8 +177,8 @@ def concretize(
     accumulate = False
     env = Env(relations=plan.relations)
     if top_reduced:
-        gather = not any(f in derived for f in free) and not _fuses(lhs, formats, operand_accesses)
-        if gather and all(rank[f] < rank[r] for f in free for r in top_reduced):
+        if not any(f in derived for f in free) and all(
+                rank[f] < rank[r] for f in free for r in top_reduced):
             t = _Temp(lifter.fresh(), top_reduced, body, frozenset(free))
             temps.append(t)
             decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp")
@@ -290,21 +290,6 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format]) -> _LoopP
             return _LoopPlan(layouts, lifter, body, temps, top_reduced, derived, operands, order)
         assert not stuck <= plain, "a converted operand is still seen through its layout"
         plain |= stuck
-
-
-def _fuses(lhs: Access, formats: Mapping[str, Format], operands: list[Access]) -> bool:
-    """Whether to accumulate into a dense result rather than sum into a temporary, so that
-    lowering can walk a COO operand entry by entry (iterator fusion): some operand stores a
-    result variable in a non-unique level whose child is branchless."""
-    if not lhs.indices or not formats[lhs.tensor].is_dense:
-        return False
-    for a in operands:
-        fmt = formats[a.tensor]
-        for k, level in enumerate(fmt.levels[:-1]):
-            if (not level.unique and fmt.levels[k + 1].branchless
-                    and a.indices[fmt.ordering[k]] in lhs.indices):
-                return True
-    return False
 
 
 def _dense_last(vars_: list[IndexVar], accs: list[Access],

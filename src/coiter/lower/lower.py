@@ -596,18 +596,22 @@ class Lowerer:
         """Whether a non-unique level over branchless children (COO) can be walked entry by
         entry instead of deduplicated: the paper's iterator fusion. Each entry then binds
         the whole coordinate chain at once, which is valid when nothing below needs the
-        entries of one coordinate together: every write accumulates into a tensor located
-        by coordinate (dense), and no temporary or appended result sits in between."""
+        entries of one coordinate together: every write goes to a dense result (adding up,
+        or storing when entries are distinct), and no temporary or appended result sits in
+        between."""
         fmt = self.fmt(it.access.tensor)
         if fmt.levels[it.level].unique or heads or bottoms:
             return False
         if it.level + 1 >= fmt.order or not fmt.levels[it.level + 1].branchless:
             return False
+        # entries are distinct coordinates when every level below is unique; then a plain
+        # store is as good as accumulating
+        distinct = all(lv.unique for lv in fmt.levels[it.level + 1:])
         for s in walk_stmts(body):
             if isinstance(s, (Where, Sequence, Multi)):
                 return False
             if isinstance(s, Assign) and not (
-                    s.accumulate and self.decls[s.lhs.tensor].role == "result"
+                    (s.accumulate or distinct) and self.decls[s.lhs.tensor].role == "result"
                     and self.decls[s.lhs.tensor].format.is_dense):
                 return False
         return True
