@@ -4,10 +4,11 @@ Import this module before NumPy, SciPy or coiter: it pins every threading runtim
 (OpenMP, MKL, OpenBLAS, ...) to one thread through environment variables, which the
 runtimes read only when they load.
 
-Timing method (used by every benchmark that imports this): the function is run once and
-its result checked against a reference with ``numpy.testing.assert_allclose``; only then
-are ``warmup`` untimed calls and ``repeat`` timed calls (``time.perf_counter``) made, and
-the median, minimum and maximum of the timed calls are reported. Nothing asserts a time.
+Timing method (``bench_group``): each function is run once and its result checked
+against a reference (``numpy.testing.assert_allclose``); only then are ``warmup`` untimed
+calls and ``repeat`` timed calls (``time.perf_counter``) made, round-robin over a group
+of cases, and the median, minimum and maximum of the timed calls are reported. Nothing
+asserts a time.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from statistics import median  # noqa: E402
-from typing import Any, Callable, Sequence  # noqa: E402
+from typing import Any, Callable, Mapping, Sequence  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402
@@ -55,9 +56,11 @@ class Timing:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A measurement that was not made, and why."""
+    """A measurement that was not made: ``reason`` for the table cell, ``detail`` (the
+    full error message, if any) for a note under the table."""
 
     reason: str
+    detail: str = ""
 
     def ms(self) -> str:
         return self.reason
@@ -65,19 +68,12 @@ class Skipped:
     ms_range = ms
 
 
+def failure(exc: BaseException, label: str = "unavailable") -> Skipped:
+    """Skipped cell for an exception: ``label (ExceptionType)``, message as the detail."""
+    return Skipped(f"{label} ({type(exc).__name__})", short_error(exc, 300))
+
+
 Result = Timing | Skipped
-
-
-def time_calls(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> Timing:
-    """Run ``fn`` ``warmup`` times untimed, then ``repeat`` times timed; median/min/max."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return Timing(median(times), min(times), max(times), len(times))
 
 
 def as_array(out: Any) -> np.ndarray:
@@ -89,7 +85,11 @@ def as_array(out: Any) -> np.ndarray:
     return np.asarray(out)
 
 
-def close_to(ref: np.ndarray, rtol: float = 1e-9) -> Callable[[Any], None]:
+Check = Callable[[Any], None]  # raises AssertionError when a result is wrong
+Case = tuple[Callable[[], Any], Check | None]  # a function to time and its check
+
+
+def close_to(ref: np.ndarray, rtol: float = 1e-9) -> Check:
     """Checker: ``assert_allclose`` of a result against ``ref`` (atol scaled to ``ref``)."""
     atol = rtol * max(float(np.max(np.abs(ref))) if ref.size else 1.0, 1.0)
 
@@ -105,30 +105,48 @@ def short_error(exc: BaseException, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def bench(
-    fn: Callable[[], Any],
-    verify: Callable[[Any], None] | None,
-    repeat: int,
-    warmup: int = 2,
-) -> Result:
-    """Check one call of ``fn`` with ``verify`` (which raises AssertionError), then time it.
+def bench_group(cases: Mapping[str, Case | Skipped], repeat: int, warmup: int = 2) -> dict[str, Result]:
+    """Verify, warm up and time a group of cases ``name -> (fn, verify)``.
 
-    Errors while setting up or running ``fn`` (say, a format the compiler does not
-    support yet) and wrong results are returned as :class:`Skipped` with the reason, so
-    one failing cell does not end a long benchmark run.
+    Each ``fn`` is called once and its result passed to ``verify`` (which raises
+    AssertionError when it is wrong); then every case gets ``warmup`` untimed calls, and
+    the ``repeat`` timed calls are made round-robin over the cases, so that load changes
+    on a shared machine hit all of them alike. A case that raises, or whose result is
+    wrong, becomes a :class:`Skipped` cell (so one failing format does not end a long
+    run); ``Skipped`` inputs pass through. Results keep the order of ``cases``.
     """
-    try:
-        out = fn()
-    except Exception as exc:  # noqa: BLE001 - any failure becomes a table cell
-        return Skipped(f"unavailable: {short_error(exc)}")
-    if verify is not None:
+    out: dict[str, Result] = {}
+    live: dict[str, Callable[[], Any]] = {}
+    for name, case in cases.items():
+        if isinstance(case, Skipped):
+            out[name] = case
+            continue
+        fn, verify = case
         try:
-            verify(out)
+            result = fn()
+        except Exception as exc:  # noqa: BLE001 - any failure becomes a table cell
+            out[name] = failure(exc)
+            continue
+        try:
+            if verify is not None:
+                verify(result)
         except AssertionError as exc:
-            print(f"    WRONG RESULT: {short_error(exc, 200)}")
-            return Skipped("WRONG RESULT")
-    del out
-    return time_calls(fn, repeat, warmup)
+            out[name] = Skipped("WRONG RESULT", short_error(exc, 300))
+            print(f"    WRONG RESULT ({name}): {out[name].detail}")
+            continue
+        live[name] = fn
+    for fn in live.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in live}
+    for _ in range(repeat):
+        for name, fn in live.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    for name, ts in times.items():
+        out[name] = Timing(median(ts), min(ts), max(ts), len(ts))
+    return {name: out[name] for name in cases}
 
 
 def ratio(num: Result, den: Result) -> str:

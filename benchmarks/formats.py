@@ -25,12 +25,13 @@ from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
 from _common import (
-    DEFAULT_DATA, REPO_ROOT, Result, Skipped, Timing, bench, close_to, machine_info,
-    markdown_table, ratio, short_error, text_table,
+    DEFAULT_DATA, REPO_ROOT, Case, Check, Result, Skipped, Timing, bench_group, close_to,
+    failure, machine_info, markdown_table, ratio, short_error, text_table,
 )
 
 import argparse
 import datetime
+import os
 import re
 import shlex
 import sys
@@ -66,8 +67,8 @@ class FormatUnavailable(Exception):
 
 
 def coiter_format(name: str, block: tuple[int, int] | None = None) -> Any:
-    """The coiter format called ``name`` (matrix: coo csr dia ell bcsr; vector: dense
-    sparse hash), or FormatUnavailable when this coiter lacks it."""
+    """The coiter format called ``name`` (matrix: coo coo_aos csr dia ell bcsr; vector:
+    dense_vector sparse_vector hash_vector), or FormatUnavailable when this coiter lacks it."""
     def need(attr: str) -> Callable[..., Any]:
         fn = getattr(coiter, attr, None)
         if fn is None:
@@ -76,6 +77,8 @@ def coiter_format(name: str, block: tuple[int, int] | None = None) -> Any:
 
     if name == "coo":
         return coiter.coo(2)
+    if name == "coo_aos":
+        return need("coo_aos")(2)
     if name == "csr":
         return coiter.csr
     if name in ("dia", "ell", "hash_vector"):
@@ -118,18 +121,23 @@ def spmv_kernel(a_fmt: Any, x_fmt: Any = "d") -> Any:
     return coiter.compile(SPMV, formats={"A": a_fmt, "x": x_fmt, "y": "d"})
 
 
-def coiter_spmv(m: sp.csr_array, x: Any, fmt_name: str, verify: Callable[[Any], None], repeat: int,
-                block: tuple[int, int] | None = None, x_fmt: Any = "d") -> Result:
-    """Verified timing of coiter SpMV with ``m`` stored as ``fmt_name``."""
+def spmv_case(m: sp.csr_array, x: np.ndarray, verify: Check, a_fmt: str = "csr",
+              x_fmt: str = "dense_vector", block: tuple[int, int] | None = None) -> Case | Skipped:
+    """coiter ``y = A x`` with matrix ``m`` stored as ``a_fmt`` and vector ``x`` as ``x_fmt``
+    (names as in :func:`coiter_format`), ready for :func:`bench_group`; Skipped when this
+    coiter cannot build the operands or the kernel."""
     try:
-        fmt = coiter_format(fmt_name, block)
-        A = to_tensor(m, fmt)
-        kernel = spmv_kernel(fmt, x_fmt)
+        fa, fx = coiter_format(a_fmt, block), coiter_format(x_fmt)
+        A = to_tensor(m, fa)
+        X = x if x_fmt == "dense_vector" else to_tensor(x, fx)
+        kernel = spmv_kernel(fa, fx)
     except FormatUnavailable as exc:
         return Skipped(str(exc))
-    except Exception as exc:  # noqa: BLE001
-        return Skipped(f"unavailable: {short_error(exc)}")
-    return bench(lambda: kernel(A=A, x=x), verify, repeat)
+    except coiter.FormatError as exc:  # e.g. padded storage refused for an irregular matrix
+        return failure(exc, "refused")
+    except Exception as exc:  # noqa: BLE001 - a format the compiler cannot handle yet
+        return failure(exc)
+    return (lambda: kernel(A=A, x=X)), verify
 
 
 def mkl_dot() -> tuple[Callable[[Any, np.ndarray], np.ndarray] | None, str]:
@@ -291,6 +299,13 @@ class Section:
     title: str
     paper: str
     body: list[str] = field(default_factory=list)
+    failures: dict[str, None] = field(default_factory=dict)  # ordered set of messages
+
+    def collect(self, results: Iterable[Result]) -> None:
+        """Remember the error messages of failed cells, for a note at the section's end."""
+        for r in results:
+            if isinstance(r, Skipped) and r.detail:
+                self.failures[f"{r.reason}: {r.detail}"] = None
 
     def table(self, caption: str, headers: list[str], rows: list[list[Any]]) -> None:
         """Print a table to the terminal and add it to the report."""
@@ -303,20 +318,24 @@ class Section:
         self.body += [text, ""]
 
     def render(self, ctx: Context, info: dict[str, str], seconds: float) -> str:
+        """The section as markdown between ``study:<name>`` markers (see write_report)."""
         head = [
             f"<!-- study:{self.study} begin -->",
             f"## {self.title}",
             "",
             f"Command: `{ctx.command}`{' (quick mode: small inputs)' if ctx.quick else ''}; "
             f"run {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, took {seconds:.0f} s; "
-            f"{ctx.repeat} timed runs per cell after 2 warm-up runs.",
+            f"{ctx.repeat} timed runs per cell after 2 warm-up runs; load average at the end "
+            f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}.",
             "",
             "Machine: " + "; ".join(f"{k}: {v}" for k, v in info.items()) + ".",
             "",
             f"Paper: {self.paper}",
             "",
         ]
-        return "\n".join(head + self.body).rstrip() + f"\n<!-- study:{self.study} end -->\n"
+        tail = ["Messages of failed or refused cells:", ""] + [f"- {m}" for m in self.failures] + [""]
+        body = self.body + (tail if self.failures else [])
+        return "\n".join(head + body).rstrip() + f"\n<!-- study:{self.study} end -->\n"
 
 
 REPORT_HEADER = """# Format studies
@@ -324,18 +343,23 @@ REPORT_HEADER = """# Format studies
 Reproduction of the format studies (§7, Figs. 10 and 14-16) of Chou, Kjolstad and
 Amarasinghe, "Unified Sparse Formats for Tensor Algebra Compilers" (preprint of "Format
 Abstraction for Sparse Tensor Algebra Compilers", OOPSLA 2018; notes in
-`../shared/papers/notes/formats.md`) with coiter, scipy.sparse and Intel MKL. Generated by
-`benchmarks/formats.py`; each section below says how it was made and is replaced when that
-study is rerun.
+`shared/papers/notes/formats.md` beside the repository) with coiter, scipy.sparse and Intel
+MKL. Generated by `benchmarks/formats.py`; each section below says how it was made and is
+replaced when that study is rerun.
 
-Method: all timings are single-threaded (OMP/MKL/OpenBLAS threads = 1). Each cell is the
-result of a coiter kernel or library call that was first checked against scipy/NumPy
-with `numpy.testing.assert_allclose`, then run twice untimed (warm-up, which also compiles
-the coiter kernel), then timed `--repeat` times with `time.perf_counter`; tables give the
-median in milliseconds, `[min-max]` where shown. Caches are warm (the paper flushed them
-between runs). coiter times include its per-call Python overhead (argument checks and
-allocation of the result). Cells that say `unavailable` or `n/a` are formats or libraries
-that were not available when the section was made; rerun the study to fill them.
+Method: all timings are single-threaded (OMP/MKL/OpenBLAS threads = 1). Each cell is a
+coiter kernel or library call whose result was first checked against scipy/NumPy with
+`numpy.testing.assert_allclose` (conversions: compared entry by entry), then run twice
+untimed (warm-up; the first coiter call also generates and compiles the kernel), then
+timed `--repeat` times with `time.perf_counter`. The timed calls of the cells in one table
+row (one grid cell in study (c)) are made round-robin, so that load changes on the shared
+machine hit them alike; tables give the median in milliseconds, `[min-max]` where shown.
+Caches are not flushed between calls (the paper flushed them), but round-robin timing
+means a call's data is often not left in cache by the call before it. coiter times
+include its per-call Python overhead (argument checks, allocating the result), tens of
+microseconds, which matters only for the smallest matrices. Cells that say `unavailable`
+or `n/a` are formats or libraries that were not available when the section was made;
+rerun the study to fill them.
 """
 
 
@@ -395,14 +419,18 @@ def study_coo(ctx: Context) -> Section:
             diff = abs(sp.csr_array(t.to_scipy()) - ref)
             assert diff.nnz == 0 or diff.max() == 0, "conversion changed entries"
 
-        t_coo = bench(lambda: k_coo(A=A_coo, x=x), verify, ctx.repeat)
-        t_conv = bench(lambda: A_coo.asformat(csr_fmt), same_matrix, ctx.repeat)
         A_csr = A_coo.asformat(csr_fmt)
-        t_csr = bench(lambda: k_csr(A=A_csr, x=x), verify, ctx.repeat)
-        t_both = bench(lambda: k_csr(A=A_coo.asformat(csr_fmt), x=x), verify, ctx.repeat)
-        s_coo = bench(lambda: coo_s @ x, verify, ctx.repeat)
-        s_both = bench(lambda: coo_s.tocsr() @ x, verify, ctx.repeat)
-        rows.append([name, f"{m.shape[0]}", f"{m.nnz}", *cells([t_coo, t_conv, t_csr, t_both, s_coo, s_both], True)])
+        res = bench_group({
+            "coo": (lambda: k_coo(A=A_coo, x=x), verify),
+            "convert": (lambda: A_coo.asformat(csr_fmt), same_matrix),
+            "csr": (lambda: k_csr(A=A_csr, x=x), verify),
+            "convert+csr": (lambda: k_csr(A=A_coo.asformat(csr_fmt), x=x), verify),
+            "scipy coo": (lambda: coo_s @ x, verify),
+            "scipy tocsr+csr": (lambda: coo_s.tocsr() @ x, verify),
+        }, ctx.repeat)
+        sec.collect(res.values())
+        t_coo, t_conv, t_csr, t_both, s_coo, s_both = res.values()
+        rows.append([name, f"{m.shape[0]}", f"{m.nnz}", *cells(res.values(), True)])
         if (c := med(t_coo)) and (b := med(t_both)) and (r := med(t_csr)) and (v := med(t_conv)):
             conv_over_coo.append(b / c)
             coo_over_csr.append(c / r)
@@ -458,11 +486,15 @@ def study_dia(ctx: Context) -> Section:
             continue
         x = np.random.default_rng(0).random(m.shape[1])
         verify = close_to(m @ x)
-        t_csr = coiter_spmv(m, x, "csr", verify, ctx.repeat)
-        t_dia = coiter_spmv(m, x, "dia", verify, ctx.repeat)
-        s_csr = bench(lambda: m @ x, verify, ctx.repeat)
-        s_dia = bench(lambda d=m.todia(): d @ x, verify, ctx.repeat)
-        rows.append(head + cells([t_csr, t_dia, s_csr, s_dia], True))
+        res = bench_group({
+            "csr": spmv_case(m, x, verify, "csr"),
+            "dia": spmv_case(m, x, verify, "dia"),
+            "scipy csr": (lambda: m @ x, verify),
+            "scipy dia": (lambda d=m.todia(): d @ x, verify),
+        }, ctx.repeat)
+        sec.collect(res.values())
+        t_csr, t_dia, s_csr, s_dia = res.values()
+        rows.append(head + cells(res.values(), True))
         ratio_rows.append([spec.name, ratio(t_csr, t_dia), ratio(s_csr, s_dia), ratio(s_dia, t_dia)])
         if (c := med(t_csr)) and (d := med(t_dia)):
             wins.append((c / d, spec.name))
@@ -500,22 +532,13 @@ def study_vector(ctx: Context) -> Section:
     times: dict[tuple[float, float, str], Result] = {}
     for i, dm in enumerate(mat_dens):
         m = random_matrix(n, dm, seed=10 + i)
-        A = coiter.Tensor.from_scipy(m, format=coiter.csr)
         for j, dv in enumerate(vec_dens):
             xd = random_vector(n, dv, seed=100 + j)
             verify = close_to(m @ xd)
-            for name in VECTOR_FORMATS:
-                try:
-                    fmt = coiter_format(name)
-                    x = xd if name == "dense_vector" else to_tensor(xd, fmt)
-                    kernel = spmv_kernel(coiter.csr, fmt)
-                except FormatUnavailable as exc:
-                    times[dm, dv, name] = Skipped(str(exc))
-                    continue
-                except Exception as exc:  # noqa: BLE001
-                    times[dm, dv, name] = Skipped(f"unavailable: {short_error(exc)}")
-                    continue
-                times[dm, dv, name] = bench(lambda: kernel(A=A, x=x), verify, ctx.repeat)
+            res = bench_group({name: spmv_case(m, xd, verify, "csr", name) for name in VECTOR_FORMATS},
+                              ctx.repeat)
+            sec.collect(res.values())
+            times.update({(dm, dv, name): r for name, r in res.items()})
             print(f"  matrix density {dm:g} (nnz {m.nnz}), vector density {dv:g}: " +
                   ", ".join(f"{n_}={times[dm, dv, n_].ms()}" for n_ in VECTOR_FORMATS), flush=True)
     col = [f"x {dv:g}" for dv in vec_dens]
@@ -536,10 +559,12 @@ def study_vector(ctx: Context) -> Section:
     if png:
         sec.body += [f"![best input-vector format]({png.name})", ""]
     regions: dict[str, list[str]] = {}
-    for (dm, dv), (fmt, _, _) in best.items():
-        regions.setdefault(fmt or "none", []).append(f"({dm:g},{dv:g})")
-    sec.note("Best format by (matrix density, vector density): " +
-             "; ".join(f"{format_label(k)}: {' '.join(v)}" for k, v in regions.items()))
+    for (dm, dv), (fmt, gain, _) in best.items():
+        regions.setdefault(format_label(fmt) if fmt else "none", []).append(
+            f"(A {dm:g}, x {dv:g}: {gain:.2f}x)")
+    sec.note("Best x format: " + "; ".join(
+        f"{k} in {len(v)} of {len(best)} cells" + (f" {', '.join(v)}" if 2 * len(v) < len(best) else "")
+        for k, v in regions.items()) + " (number: runner-up time / best time).")
     return sec
 
 
@@ -627,7 +652,9 @@ def plot_vector_heatmap(out: Path, times: dict[tuple[float, float, str], Result]
 
 # ------------------------------------------------------------------ (d) SpMV study
 
-COITER_MATRIX_FORMATS = ("coo", "csr", "dia", "ell", "bcsr")
+COITER_MATRIX_FORMATS = ("coo", "coo_aos", "csr", "dia", "ell", "bcsr")
+MATRIX_LABELS = {"coo": "COO", "coo_aos": "COO-AoS", "csr": "CSR", "dia": "DIA", "ell": "ELL",
+                 "bcsr": "BCSR"}
 PEERS = ("scipy coo", "scipy csr", "scipy dia", "scipy bsr", "MKL csr", "MKL bsr")
 
 
@@ -657,31 +684,32 @@ def study_spmv(ctx: Context) -> Section:
               f"{pads['dia'] / m.nnz:.1f}, ELL fill {pads['ell'] / m.nnz:.1f}, BCSR {block_note}", flush=True)
         x = np.random.default_rng(0).random(m.shape[1])
         verify = close_to(m @ x)
-        ours: dict[str, Result] = {}
+        cases: dict[str, Case | Skipped] = {}
         for name in COITER_MATRIX_FORMATS:
             if name in pads and pads[name] > ctx.pad_limit:
-                ours[name] = Skipped(f"skipped: fill {pads[name] / m.nnz:.0f}")
+                cases[name] = Skipped(f"skipped: fill {pads[name] / m.nnz:.0f}")
             elif name == "bcsr" and block is None:
-                ours[name] = Skipped("skipped: no block")
+                cases[name] = Skipped("skipped: no block")
             else:
-                ours[name] = coiter_spmv(m, x, name, verify, ctx.repeat, block=block)
-        peers: dict[str, Result] = {
-            "scipy coo": bench(lambda c=m.tocoo(): c @ x, verify, ctx.repeat),
-            "scipy csr": bench(lambda: m @ x, verify, ctx.repeat),
-        }
-        peers["scipy dia"] = (bench(lambda d=m.todia(): d @ x, verify, ctx.repeat)
-                              if pads["dia"] <= ctx.pad_limit else Skipped("skipped"))
+                cases[name] = spmv_case(m, x, verify, name, block=block)
         bsr = sp.bsr_array(m, blocksize=block) if block else None
-        peers["scipy bsr"] = bench(lambda: bsr @ x, verify, ctx.repeat) if block else Skipped("skipped")
+        cases["scipy coo"] = (lambda c=m.tocoo(): c @ x), verify
+        cases["scipy csr"] = (lambda: m @ x), verify
+        cases["scipy dia"] = ((lambda d=m.todia(): d @ x), verify) if pads["dia"] <= ctx.pad_limit else Skipped("skipped")
+        cases["scipy bsr"] = ((lambda: bsr @ x), verify) if block else Skipped("skipped")
         if mkl is None:
-            peers["MKL csr"] = peers["MKL bsr"] = Skipped(mkl_note)
+            cases["MKL csr"] = cases["MKL bsr"] = Skipped(mkl_note)
         else:
-            peers["MKL csr"] = bench(lambda: mkl(m, x), verify, ctx.repeat)
-            peers["MKL bsr"] = (bench(lambda: mkl(bsr, x), verify, ctx.repeat) if block and block[0] == block[1]
-                                else Skipped("skipped"))
+            cases["MKL csr"] = (lambda: mkl(m, x)), verify
+            cases["MKL bsr"] = ((lambda: mkl(bsr, x)), verify) if block and block[0] == block[1] else Skipped("skipped")
+        res = bench_group(cases, ctx.repeat)
+        sec.collect(res.values())
+        ours = {name: res[name] for name in COITER_MATRIX_FORMATS}
+        peers = {name: res[name] for name in PEERS}
         rows.append([spec.name, f"{m.shape[0]}", f"{m.nnz}", f"{block_note} ({fill:.2f})" if block else "-",
                      *cells(ours.values()), *cells(peers[p] for p in PEERS)])
-        ratio_rows.append([spec.name, ratio(peers["scipy coo"], ours["coo"]), ratio(peers["scipy csr"], ours["csr"]),
+        ratio_rows.append([spec.name, ratio(peers["scipy coo"], ours["coo"]), ratio(ours["coo_aos"], ours["coo"]),
+                           ratio(peers["scipy csr"], ours["csr"]),
                            ratio(peers["MKL csr"], ours["csr"]), ratio(peers["scipy dia"], ours["dia"]),
                            ratio(peers["scipy bsr"], ours["bcsr"]), ratio(peers["MKL bsr"], ours["bcsr"]),
                            best_ratio(ours, peers)])
@@ -690,10 +718,10 @@ def study_spmv(ctx: Context) -> Section:
         if (c := med(ours["csr"])) and (k := med(peers["MKL csr"])):
             csr_mkl.append(k / c)
     sec.table("SpMV times, ms (median); BCSR block (fill) as chosen",
-              ["matrix", "rows", "nnz", "BCSR block", *[f"coiter {f.upper()}" for f in COITER_MATRIX_FORMATS],
+              ["matrix", "rows", "nnz", "BCSR block", *[f"coiter {MATRIX_LABELS[f]}" for f in COITER_MATRIX_FORMATS],
                *PEERS], rows)
     sec.table("Ratios peer time / coiter time (of medians; > 1 means coiter is faster)",
-              ["matrix", "scipy coo / COO", "scipy csr / CSR", "MKL csr / CSR", "scipy dia / DIA",
+              ["matrix", "scipy coo / COO", "coiter COO-AoS / COO", "scipy csr / CSR", "MKL csr / CSR", "scipy dia / DIA",
                "scipy bsr / BCSR", "MKL bsr / BCSR", "best peer / best coiter"], ratio_rows)
     sec.note(f"CSR: scipy/coiter {speedup_range(csr_scipy)}; MKL/coiter {speedup_range(csr_mkl)}.")
     return sec
@@ -705,7 +733,7 @@ def best_ratio(ours: dict[str, Result], peers: dict[str, Result]) -> str:
     p = min(((r.median, k) for k, r in peers.items() if isinstance(r, Timing)), default=None)
     if o is None or p is None:
         return "-"
-    return f"{p[0] / o[0]:.2f} ({p[1]} / {o[1].upper()})"
+    return f"{p[0] / o[0]:.2f} ({p[1]} / {MATRIX_LABELS[o[1]]})"
 
 
 # ----------------------------------------------------------------------------- main
