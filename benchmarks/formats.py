@@ -16,8 +16,8 @@ Studies (the paper's figure in brackets):
 
 Every timing is single-threaded, verified against scipy/NumPy before it counts, and
 reported as the median [min-max] of ``--repeat`` runs after warm-up (see ``_common``).
-Formats or libraries that are not available print as ``unavailable``/``n/a`` cells, so
-the script can be rerun as coiter gains formats. Results go to the terminal and to
+A peer library that is not installed prints as ``n/a``; a format coiter refuses for a
+matrix (padding limits) prints as ``refused``. Results go to the terminal and to
 ``<out>/format-studies.md`` (one section per study, replaced on rerun). Nothing here
 asserts a time.
 """
@@ -62,57 +62,29 @@ warnings.filterwarnings("ignore", category=sp.SparseEfficiencyWarning)
 
 # --------------------------------------------------------------------------- formats
 
-class FormatUnavailable(Exception):
-    """The installed coiter does not provide a format (yet)."""
-
-
 def coiter_format(name: str, block: tuple[int, int] | None = None) -> Any:
     """The coiter format called ``name`` (matrix: coo coo_aos csr dia ell bcsr; vector:
-    dense_vector sparse_vector hash_vector), or FormatUnavailable when this coiter lacks it."""
-    def need(attr: str) -> Callable[..., Any]:
-        fn = getattr(coiter, attr, None)
-        if fn is None:
-            raise FormatUnavailable(f"unavailable (no coiter.{attr})")
-        return fn
-
-    if name == "coo":
-        return coiter.coo(2)
-    if name == "coo_aos":
-        return need("coo_aos")(2)
-    if name == "csr":
-        return coiter.csr
-    if name in ("dia", "ell", "hash_vector"):
-        return need(name)()
-    if name == "bcsr":
-        return need("bcsr")(block)
-    if name == "dense_vector":
-        return "d"
-    if name == "sparse_vector":
-        return coiter.sparse_vector() if hasattr(coiter, "sparse_vector") else "s"
-    raise ValueError(f"unknown format name {name!r}")
+    dense_vector sparse_vector hash_vector)."""
+    formats: dict[str, Callable[[], Any]] = {
+        "coo": lambda: coiter.coo(2), "coo_aos": lambda: coiter.coo_aos(2),
+        "csr": lambda: coiter.csr, "dia": coiter.dia, "ell": coiter.ell,
+        "bcsr": lambda: coiter.bcsr(block), "dense_vector": lambda: "d",
+        "sparse_vector": coiter.sparse_vector, "hash_vector": coiter.hash_vector,
+    }
+    if name not in formats:
+        raise ValueError(f"unknown format name {name!r}")
+    return formats[name]()
 
 
 def format_label(name: str) -> str:
-    """How a vector format appears in tables (says whether ``"s"`` stands in)."""
-    if name == "sparse_vector" and not hasattr(coiter, "sparse_vector"):
-        return 'sparse ("s")'
+    """How a vector format appears in tables."""
     return {"dense_vector": 'dense ("d")', "sparse_vector": "sparse", "hash_vector": "hash"}.get(name, name)
 
 
 def to_tensor(m: Any, fmt: Any) -> coiter.Tensor:
-    """coiter Tensor of SciPy matrix or NumPy array ``m`` in ``fmt``.
-
-    Builds it directly; if the constructor does not take ``fmt``, converts from the
-    native layout with ``asformat`` instead (the first error is raised if both fail).
-    """
+    """coiter Tensor of SciPy matrix or NumPy array ``m`` in ``fmt``."""
     make = coiter.Tensor.from_scipy if sp.issparse(m) else coiter.Tensor.from_numpy
-    try:
-        return make(m, format=fmt)
-    except Exception as first:  # noqa: BLE001
-        try:
-            return make(m).asformat(fmt)
-        except Exception:  # noqa: BLE001
-            raise first from None
+    return make(m, format=fmt)
 
 
 @lru_cache(maxsize=None)
@@ -124,18 +96,16 @@ def spmv_kernel(a_fmt: Any, x_fmt: Any = "d") -> Any:
 def spmv_case(m: sp.csr_array, x: np.ndarray, verify: Check, a_fmt: str = "csr",
               x_fmt: str = "dense_vector", block: tuple[int, int] | None = None) -> Case | Skipped:
     """coiter ``y = A x`` with matrix ``m`` stored as ``a_fmt`` and vector ``x`` as ``x_fmt``
-    (names as in :func:`coiter_format`), ready for :func:`bench_group`; Skipped when this
-    coiter cannot build the operands or the kernel."""
+    (names as in :func:`coiter_format`), ready for :func:`bench_group`; a failure when this
+    coiter refuses the format for this matrix or fails."""
     try:
         fa, fx = coiter_format(a_fmt, block), coiter_format(x_fmt)
         A = to_tensor(m, fa)
         X = x if x_fmt == "dense_vector" else to_tensor(x, fx)
         kernel = spmv_kernel(fa, fx)
-    except FormatUnavailable as exc:
-        return Skipped(str(exc))
     except coiter.FormatError as exc:  # e.g. padded storage refused for an irregular matrix
         return failure(exc, "refused")
-    except Exception as exc:  # noqa: BLE001 - a format the compiler cannot handle yet
+    except Exception as exc:  # noqa: BLE001 - reported in the table rather than stopping the run
         return failure(exc)
     return (lambda: kernel(A=A, x=X)), verify
 
@@ -357,9 +327,8 @@ machine hit them alike; tables give the median in milliseconds, `[min-max]` wher
 Caches are not flushed between calls (the paper flushed them), but round-robin timing
 means a call's data is often not left in cache by the call before it. coiter times
 include its per-call Python overhead (argument checks, allocating the result), tens of
-microseconds, which matters only for the smallest matrices. Cells that say `unavailable`
-or `n/a` are formats or libraries that were not available when the section was made;
-rerun the study to fill them.
+microseconds, which matters only for the smallest matrices. Cells that say `n/a` are
+libraries that were not available when the section was made.
 """
 
 
@@ -508,8 +477,6 @@ def study_dia(ctx: Context) -> Section:
     if wins:
         best, worst = max(wins), min(wins)
         sec.note(f"coiter DIA vs. CSR: best {best[0]:.2f}x ({best[1]}), worst {worst[0]:.2f}x ({worst[1]}).")
-    else:
-        sec.note("coiter DIA was not measured (format unavailable).")
     return sec
 
 
