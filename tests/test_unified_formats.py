@@ -365,3 +365,20 @@ def test_missed_locates_store_no_zeros_and_walk_nothing() -> None:
                           C=C, out_format=coiter.csr)
     close(got.to_numpy(), d * c)
     assert got.nnz == np.count_nonzero(d * c)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.complex128])
+@pytest.mark.parametrize("name", ["dia", "ell", "bcsr32", "bcoo", "hash", "coo_aos"])
+def test_value_types_and_wide_indices(name: str, dtype: type) -> None:
+    a = np.round(mat((9, 8), 0.4, 41) * 10).astype(dtype)  # integral: exact in every type
+    x = np.arange(1, 9).astype(dtype)
+    A = coiter.Tensor.from_numpy(a, format=MATRIX[name])
+    close(coiter.evaluate("y(i) = A(i,j) * x(j)", A=A, x=x).to_numpy(), a @ x)
+    close(coiter.evaluate("C(i,j) = A(i,j) + B(i,j)", A=A, B=A, out_format=MATRIX[name]).to_numpy(),
+          a + a)
+    m = sp.csr_array(a)
+    wide = coiter.Tensor.from_arrays(a.shape, coiter.csr, [{}, {"pos": m.indptr.astype(np.int64),
+                                                                "crd": m.indices.astype(np.int64)}], m.data)
+    t = wide.asformat(MATRIX[name])
+    assert t.storage.index_dtype == np.int64
+    close(coiter.evaluate("y(i) = A(i,j) * x(j)", A=t, x=x).to_numpy(), a @ x)

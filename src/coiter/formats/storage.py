@@ -74,8 +74,11 @@ class Storage:
     def validate(self, name: str = "tensor") -> None:
         """Check every invariant a kernel relies on; raise FormatError naming ``name``."""
         fmt = self.format
-        if len(self.shape) != fmt.order or len(self.levels) != len(fmt.levels):
+        if len(self.shape) != fmt.order:
             raise FormatError(f"{name}: format {fmt} does not match order {len(self.shape)}")
+        if len(self.levels) != len(fmt.levels):
+            raise FormatError(f"{name}: {len(self.levels)} level array sets given, format {fmt} "
+                              f"has {len(fmt.levels)} levels")
         if any(d < 0 for d in self.shape):
             raise ShapeError(f"{name}: negative dimension in shape {self.shape}")
         itypes = {a.dtype for arrays in self.levels for a in arrays.values()}
