@@ -382,3 +382,14 @@ def test_value_types_and_wide_indices(name: str, dtype: type) -> None:
     t = wide.asformat(MATRIX[name])
     assert t.storage.index_dtype == np.int64
     close(coiter.evaluate("y(i) = A(i,j) * x(j)", A=t, x=x).to_numpy(), a @ x)
+
+
+@pytest.mark.parametrize("name", ["csr", "coo", "dia", "ell", "hash_matrix", "coo_aos", "dcsr", "csc"])
+def test_formats_by_name(name: str) -> None:
+    a = mat((8, 9), 0.3, 42)
+    x = np.random.default_rng(43).standard_normal(9)
+    close(coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": name})(A=sp.csr_array(a), x=x).to_numpy(),
+          a @ x)
+    got = coiter.evaluate("C(i,j) = A(i,j) + A(i,j)", A=sp.csr_array(a), out_format=name)
+    assert got.format == coiter.formats.format.NAMED[name](2)
+    close(got.to_numpy(), 2 * a)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 from ..errors import FormatError
 from .layout import DiagonalLayout, InterleavedLayout, Layout, LevelCoord, SlotLayout, block_layout
@@ -135,11 +135,15 @@ def parse_format(spec: str) -> Format:
 
 
 def as_format(fmt: FormatLike | None, order: int, default: Format | None = None) -> Format:
-    """Coerce ``fmt`` to a Format for an order-``order`` tensor (None → ``default`` or dense)."""
+    """Coerce ``fmt`` to a Format for an order-``order`` tensor (None → ``default`` or dense).
+
+    Strings are TACO format strings (``"ds"``) or format names (``"csr"``, ``"dia"``,
+    ``"coo"``...; see :data:`NAMED`), the latter built for ``order``.
+    """
     if fmt is None:
         fmt = default if default is not None else dense(order)
     if isinstance(fmt, str):
-        fmt = parse_format(fmt)
+        fmt = NAMED[fmt](order) if fmt in NAMED else parse_format(fmt)
     if not isinstance(fmt, Format):
         raise FormatError(f"not a format: {fmt!r}")
     if fmt.order != order:
@@ -242,3 +246,13 @@ def coo_aos(order: int = 2) -> Format:
     levels += [AosSingleton(stride=order, field=k, unique=k == order - 1) for k in range(1, order)]
     layout = InterleavedLayout("coo_aos", tuple(LevelCoord(k) for k in range(order)), order)
     return Format(levels, layout=layout)
+
+
+# Format names accepted wherever a format is (``formats={"A": "dia"}``), built for the order.
+NAMED: dict[str, Callable[[int], Format]] = {
+    "dense": dense, "coo": coo, "coo_aos": coo_aos, "csf": csf,
+    "csr": lambda order: csr, "csc": lambda order: csc, "dcsr": lambda order: dcsr,
+    "dcsc": lambda order: dcsc, "dia": lambda order: dia(), "ell": lambda order: ell(),
+    "hash_vector": lambda order: hash_vector(), "hash_matrix": lambda order: hash_matrix(),
+    "sparse_vector": lambda order: sparse_vector(),
+}
