@@ -393,3 +393,11 @@ def test_formats_by_name(name: str) -> None:
     got = coiter.evaluate("C(i,j) = A(i,j) + A(i,j)", A=sp.csr_array(a), out_format=name)
     assert got.format == coiter.formats.format.NAMED[name](2)
     close(got.to_numpy(), 2 * a)
+
+
+def test_converted_results_have_no_separate_assembly() -> None:
+    a = sp.csr_array(mat((6, 6), 0.3, 44))
+    k = coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "dia"})
+    with pytest.raises(FormatError, match="no separate assembly"):
+        k.assemble(A=a, B=a)
+    close(k(A=a, B=a).to_numpy(), 2 * a.toarray())

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..concrete.concretize import concretize
 from ..concrete.stmt import ConcreteProgram
-from ..errors import KernelError, ShapeError
+from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
 from ..lower.lower import KernelIR, ParamSpec, lower
@@ -158,6 +158,12 @@ class Kernel:
                 t = t.asformat(fmt)
             tensors[name] = t
         prog = self._program({n: t.dtype for n, t in tensors.items()})
+        if mode != "fused" and prog.result_conversion is not None:
+            # the kernel builds another format and converts, which keeps no explicit zeros
+            raise FormatError(
+                f"{mode}: the result {self.result} ({prog.result_conversion}) is computed in "
+                f"{prog.tensors[self.result].format} and converted, so it has no separate "
+                "assembly; call the kernel instead")
         dims = self._dims(tensors, result_shape)
         storages: dict[str, Storage] = {n: t.storage for n, t in tensors.items()}
         for name, decl in prog.tensors.items():
