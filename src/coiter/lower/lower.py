@@ -44,6 +44,10 @@ C_KEYWORDS = frozenset(
 
 MODES = ("fused", "assemble", "compute")
 
+# Rows vary in cost (sparse rows): threads take chunks of rows as they finish; chunks are
+# large because a row of a sparse matrix is little work.
+PARALLEL_FOR = "omp parallel for schedule(dynamic, 1024)"
+
 
 def sanitize(name: str) -> str:
     """A C identifier derived from a user-chosen name (never the raw name)."""
@@ -129,6 +133,23 @@ class _SortedScratch:
 
     def child_position(self, names: LevelNames, p: IRExpr, coord: IRExpr, parent: IRExpr) -> IRExpr:
         return self.level.child_position(names, Load(self.at, p), coord, parent)
+
+
+def _unless_returns(pragma: str | None, body: list[IRStmt]) -> str | None:
+    """``pragma``, unless the loop body can return (an allocation failing inside it), which
+    OpenMP does not allow out of a parallel loop."""
+    def returns(s: IRStmt) -> bool:
+        if isinstance(s, Return):
+            return True
+        if isinstance(s, Block):
+            return any(returns(x) for x in s.stmts)
+        if isinstance(s, (For, While)):
+            return returns(s.body)
+        if isinstance(s, If):
+            return returns(s.then) or (s.otherwise is not None and returns(s.otherwise))
+        return False
+
+    return None if pragma is None or any(returns(s) for s in body) else pragma
 
 
 # ------------------------------------------------------------------ helpers on expressions
@@ -554,10 +575,11 @@ class Lowerer:
         single = len(lattice.points) == 1
         if single and len(iters) == 1 and self._fusable(iters[0], f.body, heads, bottoms):
             self.fused.add(iters[0])
+        pragma = PARALLEL_FOR if self._parallel(f, scope) else None
         if lattice.points == (frozenset(),):
             end, inner = self._split_bound(v, extent, scope)
             body = self._case(f.body, inner, v, Var(vname), lattice, frozenset(), {}, bottoms)
-            out.append(For(vname, "int64_t", Const(0), end, block(body)))
+            out.append(For(vname, "int64_t", Const(0), end, block(body), _unless_returns(pragma, body)))
         elif single and len(iters) == 1 and self._unique_iter(iters[0]):
             it = iters[0]
             p, _ = self._iter_names(it)
@@ -566,7 +588,10 @@ class Lowerer:
             if end == add(begin, Const(1)):  # one position (offset, padded singleton): no loop
                 out.append(block(Decl("int64_t", p, begin), body))
             else:
-                out.append(For(p, "int64_t", begin, end, block(body)))
+                # fused entries may repeat a coordinate: only a unique level's loop is race-free
+                distinct = it not in self.fused
+                out.append(For(p, "int64_t", begin, end, block(body),
+                               _unless_returns(pragma, body) if distinct else None))
         else:
             for it in iters:
                 p, pend = self._iter_names(it)
@@ -588,6 +613,27 @@ class Lowerer:
                 out += level.append_edges(self.names(a.tensor, g.head), parent,
                                           Var(begins[g.head]), Var(g.counter))
         return out
+
+    def _parallel(self, f: Forall, scope: Scope) -> bool:
+        """TACO's default schedule: run the outermost loop on threads when that is race-free.
+
+        It is when the result is dense and every write to it is indexed, at its first level,
+        by this loop's variable (or by the blocks it splits into), so iterations write
+        disjoint rows; temporaries live inside the loop, and no workspace or appended result
+        is shared between iterations."""
+        rdecl = self.decls[self.result]
+        if scope.coords or self.result_allocated or rdecl.order == 0 or self.mode == "assemble":
+            return False
+        if any(d.role == "workspace" for d in self.decls.values()):
+            return False
+        writes = [s.lhs for s in walk_stmts(f.body)
+                  if isinstance(s, Assign) and s.lhs.tensor == self.result]
+        rows = {self.level_var(a, 0) for a in writes}
+        if len(rows) != 1:
+            return False
+        (row,) = rows
+        blocks = {rel.derived()[0] for rel in self.prog.env.relations if rel.parents()[0] == row}
+        return f.var == row or f.var in blocks
 
     def _unique_iter(self, it: Iter) -> bool:
         return it in self.fused or self._level(it).unique
