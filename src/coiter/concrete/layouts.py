@@ -204,14 +204,16 @@ class _Expander:
             while isinstance(e, Reduction):
                 vars_.append(e.var)
                 e = e.body
-            return self._reduce(vars_, e)
+            return self.reduce(vars_, e)
         if isinstance(e, Neg):
             return Neg(self.rewrite(e.operand, extra))
         if isinstance(e, BinaryExpr):
             return type(e)(self.rewrite(e.a, extra), self.rewrite(e.b, extra))
         return e
 
-    def _reduce(self, vars_: list[IndexVar], body: Expr) -> Expr:
+    def reduce(self, vars_: list[IndexVar], body: Expr) -> Expr:
+        """``sum(vars_, body)`` over level variables: split variables summed as their block
+        and in-block parts, and the hidden variables of factors inside summed here too."""
         inner: list[IndexVar] = []
         out = self.rewrite(body, inner)
         summed: list[IndexVar] = []
@@ -232,6 +234,6 @@ def expand_layouts(assignment: Assignment, formats: Mapping[str, Format],
         return LayoutPlan(assignment, dict(formats))
     x = _Expander(assignment, formats, fresh_tensor, plain)
     x.plan()
-    new = replace(assignment, rhs=x._reduce([], assignment.rhs))
+    new = replace(assignment, rhs=x.reduce([], assignment.rhs))
     expanded = frozenset(a.tensor for a in x.expanded)
     return LayoutPlan(new, x.formats, tuple(x.splits.values()), x.converted, expanded)

@@ -212,7 +212,7 @@ def dia() -> Format:
     Levels: dense diagonals (hidden), a range level over columns and an offset level
     deriving the row; SciPy ``dia_array`` data with full-width rows is shared zero-copy.
     """
-    layout = DiagonalLayout("dia", (LevelCoord(None), LevelCoord(1), LevelCoord(0)), 2, sign=-1)
+    layout = DiagonalLayout("dia", (LevelCoord(None), LevelCoord(1), LevelCoord(0)), 2)
     return Format([Dense(), Range(sign=-1), Offset(sign=-1)], layout=layout)
 
 

@@ -183,8 +183,6 @@ class DiagonalLayout(Layout):
     occupied diagonals first, then fills a (diagonals × N_walked) value array.
     """
 
-    sign: int = -1
-
     @property
     def walked(self) -> int:
         return self.coords[1].mode  # type: ignore[return-value]
@@ -199,7 +197,7 @@ class DiagonalLayout(Layout):
     def pack(self, levels: Sequence, coords: np.ndarray, values: np.ndarray, shape: Sequence[int],
              itype: np.dtype) -> tuple[tuple[dict[str, np.ndarray], ...], np.ndarray]:
         a, b = coords[self.walked], coords[self.derived]
-        diff = (b - a) * self.sign  # offset of each entry's diagonal
+        diff = (b - a) * levels[1].sign  # offset of each entry's diagonal
         offsets, diag = np.unique(diff, return_inverse=True)
         na = int(shape[self.walked])
         check_fill("DIA", offsets.shape[0] * na, values.shape[0])
@@ -212,7 +210,7 @@ class DiagonalLayout(Layout):
         offsets = arrays[1]["offset"].astype(np.int64)
         na, nb = int(shape[self.walked]), int(shape[self.derived])
         a = np.arange(na)
-        b = a[None, :] + self.sign * offsets[:, None]
+        b = a[None, :] + levels[1].sign * offsets[:, None]
         v = vals[: offsets.shape[0] * na].reshape(offsets.shape[0], na)
         keep = (b >= 0) & (b < nb) & (v != 0)
         d, a_idx = np.nonzero(keep)
