@@ -1,10 +1,12 @@
 """The user-facing entry points: compile, evaluate, einsum."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .concrete.schedule import Command, parse_commands
+from .concrete.stmt import ConcreteProgram
 from .formats.format import Format, FormatLike, as_format, csf, csr, dense
 from .notation.ast import Access, Add, Assignment, accesses
 from .notation.einsum import parse_einsum
@@ -14,6 +16,7 @@ from .runtime.kernel import Kernel
 from .tensor import Tensor
 
 AssignmentLike = str | Assignment
+ScheduleLike = str | Sequence[Command] | ConcreteProgram | None
 
 _kernels: dict[tuple, Kernel] = {}
 
@@ -64,11 +67,15 @@ def compile(
     assignment: AssignmentLike,
     formats: Mapping[str, FormatLike] | None = None,
     dtype: Any = None,
+    schedule: ScheduleLike = None,
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
     The returned Kernel is specialised on value and index types at first call;
-    ``dtype`` picks the value type shown by ``.source``/``.concrete``.
+    ``dtype`` picks the value type shown by ``.source``/``.concrete``. ``schedule`` is
+    TACO's command string (``"split(i,i0,i1,16),parallelize(i0,CPUThread,NoRaces)"``),
+    a sequence of commands, or a concrete program transformed through its chained
+    methods (``kernel.concrete.split(...).parallelize(...)``); it is checked here.
     """
     a, aliases = _prepare(_as_assignment(assignment))
     formats = dict(formats or {})
@@ -84,7 +91,23 @@ def compile(
         from .errors import FormatError
 
         raise FormatError(f"formats given for tensors not in the expression: {sorted(unknown)}")
-    return Kernel(a, fmts, np.dtype(dtype or np.float64), aliases)
+    kernel = Kernel(a, fmts, np.dtype(dtype or np.float64), aliases, _commands(schedule))
+    if kernel.schedule:
+        kernel.concrete  # apply the schedule now, so a bad one fails at compile time
+    return kernel
+
+
+def _commands(schedule: ScheduleLike) -> tuple[Command, ...]:
+    if schedule is None:
+        return ()
+    if isinstance(schedule, str):
+        return parse_commands(schedule)
+    if isinstance(schedule, ConcreteProgram):
+        return schedule.commands
+    if isinstance(schedule, (list, tuple)) and all(isinstance(c, Command) for c in schedule):
+        return tuple(schedule)
+    raise TypeError("schedule must be a command string, a sequence of Commands or a "
+                    f"scheduled ConcreteProgram, got {type(schedule).__name__}")
 
 
 def default_result_format(order: int, operands: list[Tensor]) -> Format:

@@ -5,8 +5,8 @@ import math
 from functools import singledispatch
 
 from ..ir.nodes import (
-    Assign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function, If, IRExpr,
-    IRStmt, Load, Max, Min, Param, Return, Select, Un, Var, While,
+    Assign, Bin, Block, Break, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function, If, IRExpr,
+    IRStmt, Load, Max, Min, Param, Pragma, Return, Select, Un, Var, While,
 )
 
 PREAMBLE = """\
@@ -19,6 +19,14 @@ PREAMBLE = """\
 #define COITER_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define COITER_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define COITER_INDEX_MAX {index_max}
+#ifdef _OPENMP
+#include <omp.h>
+#define COITER_THREADS(n) ((n) > 0 ? (int)(n) : omp_get_max_threads())
+#define COITER_THREAD_NUM() omp_get_thread_num()
+#else
+#define COITER_THREADS(n) 1
+#define COITER_THREAD_NUM() 0
+#endif
 
 /* realloc that zero-fills the new tail, so grown arrays behave as if calloc'ed */
 static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{
@@ -223,6 +231,8 @@ def _(s: For, ind: str) -> list[str]:
     init = f"{s.ctype} {s.var} = {expr(s.start)}" if s.start is not None else ""
     head = f"{ind}for ({init}; {s.var} < {expr(s.end)}; {s.var}++) {{"
     pragma = [f"{ind}#pragma {s.pragma}"] if s.pragma else []
+    if s.unroll and not s.pragma:  # an OpenMP pragma must directly precede its loop
+        pragma.append(f"{ind}#pragma GCC unroll {s.unroll}")
     return [*pragma, head, *_block(s.body, ind + "  "), f"{ind}}}"]
 
 
@@ -242,6 +252,16 @@ def _(s: If, ind: str) -> list[str]:
         out += [f"{ind}}} else {{", *_block(other, ind + "  ")]
     out.append(f"{ind}}}")
     return out
+
+
+@stmt.register
+def _(s: Break, ind: str) -> list[str]:
+    return [f"{ind}break;"]
+
+
+@stmt.register
+def _(s: Pragma, ind: str) -> list[str]:
+    return [f"{ind}#pragma {s.text}", *stmt(s.stmt, ind)]
 
 
 @stmt.register

@@ -26,26 +26,7 @@ from ..formats.format import Format, coo, csr
 from ..notation.ast import (
     Access, Assignment, BinaryExpr, Div, Expr, IndexVar, Mul, Neg, Reduction, accesses, walk,
 )
-from .stmt import Relation
-
-
-@dataclass(frozen=True)
-class Split(Relation):
-    """``parent = outer * block + inner``: a mode split by a blocked format."""
-
-    parent: IndexVar
-    outer: IndexVar
-    inner: IndexVar
-    block: int
-
-    def derived(self) -> tuple[IndexVar, ...]:
-        return (self.outer, self.inner)
-
-    def parents(self) -> tuple[IndexVar, ...]:
-        return (self.parent,)
-
-    def __str__(self) -> str:
-        return f"split({self.parent}, {self.outer}, {self.inner}, {self.block})"
+from .provenance import Split
 
 
 @dataclass
@@ -181,7 +162,7 @@ class _Expander:
                 continue
             s = self.splits.get(v)
             if s is None:
-                s = Split(v, self.fresh(f"{v.name}_b"), self.fresh(f"{v.name}_e"), c.block)
+                s = Split(v, self.fresh(f"{v.name}_b"), self.fresh(f"{v.name}_e"), c.block, layout=True)
                 self.splits[v] = s
             level_vars.append(s.inner if c.inner else s.outer)
         self.expanded[a] = (tuple(level_vars), tuple(hidden))

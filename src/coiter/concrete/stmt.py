@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -31,13 +31,30 @@ class Assign(Stmt):
         return f"{self.lhs} {'+=' if self.accumulate else '='} {self.rhs}"
 
 
+PARALLEL_UNITS = ("NotParallel", "CPUThread", "CPUVector", "GPUBlock", "GPUWarp", "GPUThread")
+RACE_STRATEGIES = ("IgnoreRaces", "NoRaces", "Atomics", "Temporary", "ParallelReduction")
+
+
 @dataclass(frozen=True)
 class Forall(Stmt):
+    """``forall(var, body)``, tagged by the schedule with how the loop runs: its parallel
+    unit and output race strategy, OpenMP chunking (``"static"``, ``"dynamic,16"``; empty
+    for the default) and an unroll factor (0: none)."""
+
     var: IndexVar
     body: Stmt
+    unit: str = "NotParallel"
+    race: str = "IgnoreRaces"
+    chunking: str = ""
+    unroll: int = 0
 
     def __str__(self) -> str:
-        return f"forall({self.var}, {self.body})"
+        tags = ""
+        if self.unit != "NotParallel":
+            tags += f", {self.unit}, {self.race}" + (f", {self.chunking}" if self.chunking else "")
+        if self.unroll:
+            tags += f", unroll {self.unroll}"
+        return f"forall({self.var}, {self.body}{tags})"
 
 
 @dataclass(frozen=True)
@@ -83,20 +100,12 @@ class Relation(ABC):
 
 @dataclass(frozen=True)
 class Env:
-    """Environment of concrete notation: provenance relations, bounds and tags."""
+    """Environment of concrete notation: the provenance relations of derived variables."""
 
     relations: tuple[Relation, ...] = ()
-    bounds: tuple[tuple[IndexVar, int], ...] = ()
-    tags: tuple[tuple[IndexVar, str], ...] = ()
-
-    def is_derived(self, v: IndexVar) -> bool:
-        return any(v in r.derived() for r in self.relations)
 
     def __str__(self) -> str:
-        parts = [str(r) for r in self.relations]
-        parts += [f"bound({v}, {b})" for v, b in self.bounds]
-        parts += [f"{tag}({v})" for v, tag in self.tags]
-        return ", ".join(parts)
+        return ", ".join(str(r) for r in self.relations)
 
 
 @dataclass(frozen=True)
@@ -127,10 +136,59 @@ class ConcreteProgram:
     env: Env = Env()
     # set when the result is computed densely and converted to this format afterwards
     result_conversion: Format | None = None
+    # the scheduling commands applied so far, in order (replayed for other value types)
+    commands: tuple[Any, ...] = ()
 
     def __str__(self) -> str:
         text = str(self.stmt)
         return f"{text} : {self.env}" if str(self.env) else text
+
+    # -- the scheduling language, chained: ``prog.split(i, i0, i1, 16).reorder(...)`` ------
+    def _apply(self, name: str, *args: Any) -> ConcreteProgram:
+        from .schedule import Command, apply
+
+        return apply(self, Command.make(name, args))
+
+    def reorder(self, *vars: Any) -> ConcreteProgram:
+        """Loops of ``vars`` (nested along one path) in this order."""
+        return self._apply("reorder", *vars)
+
+    def split(self, i: Any, outer: Any, inner: Any, factor: int) -> ConcreteProgram:
+        """``i`` into ``outer`` and an inner loop of ``factor`` steps."""
+        return self._apply("split", i, outer, inner, factor)
+
+    def divide(self, i: Any, outer: Any, inner: Any, parts: int) -> ConcreteProgram:
+        """``i`` into ``parts`` outer steps and an inner loop over each part."""
+        return self._apply("divide", i, outer, inner, parts)
+
+    def fuse(self, i: Any, j: Any, f: Any) -> ConcreteProgram:
+        """Directly nested ``i`` and ``j`` into one loop ``f``."""
+        return self._apply("fuse", i, j, f)
+
+    def pos(self, i: Any, p: Any, access: Any) -> ConcreteProgram:
+        """Loop ``i`` over the positions of ``access`` instead of coordinates."""
+        return self._apply("pos", i, p, access)
+
+    def coord(self, p: Any, i: Any) -> ConcreteProgram:
+        """Position loop ``p`` back into coordinate space as ``i``."""
+        return self._apply("coord", p, i)
+
+    def precompute(self, expr: Any, i: Any, iw: Any, workspace: Any) -> ConcreteProgram:
+        """``expr`` into a dense ``workspace`` over ``iw`` (the range of ``i``)."""
+        return self._apply("precompute", expr, i, iw, workspace)
+
+    def bound(self, i: Any, ib: Any, value: int, kind: str) -> ConcreteProgram:
+        """Loop ``ib`` over ``i`` with a promise about ``i``'s extent (checked at run time)."""
+        return self._apply("bound", i, ib, value, kind)
+
+    def unroll(self, i: Any, factor: int) -> ConcreteProgram:
+        """Ask the C compiler to unroll loop ``i`` by ``factor``."""
+        return self._apply("unroll", i, factor)
+
+    def parallelize(self, i: Any, unit: str, race: str, chunking: str = "") -> ConcreteProgram:
+        """Run loop ``i`` on ``unit`` (CPUThread, CPUVector...) handling output races with
+        ``race``; ``chunking`` picks OpenMP's ``static`` or ``dynamic[,n]`` schedule."""
+        return self._apply("parallelize", i, unit, race, chunking)
 
 
 def walk_stmts(s: Stmt) -> Iterator[Stmt]:

@@ -117,6 +117,7 @@ class For(IRStmt):
     end: IRExpr
     body: Block
     pragma: str | None = None
+    unroll: int = 0  # ask the C compiler to unroll by this factor (serial loops; 0: its choice)
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,19 @@ class If(IRStmt):
     cond: IRExpr
     then: Block
     otherwise: IRStmt | None = None  # a Block, or an If for else-if chains
+
+
+@dataclass(frozen=True)
+class Break(IRStmt):
+    """Leave the innermost loop (iteration guards of tiled loops)."""
+
+
+@dataclass(frozen=True)
+class Pragma(IRStmt):
+    """``#pragma text`` applying to the statement that follows (``omp atomic``)."""
+
+    text: str
+    stmt: IRStmt
 
 
 @dataclass(frozen=True)

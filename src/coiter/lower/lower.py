@@ -20,20 +20,23 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from ..concrete.provenance import Bound, Provenance, Split
+from ..concrete.races import races
 from ..concrete.stmt import (
     Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts,
 )
-from ..errors import FormatError
+from ..errors import FormatError, ScheduleError
 from ..formats.levels.base import Level, LevelNames, ParentPos
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function,
-    If, IRExpr, IRStmt, Load, Max, Min, Param, Return, Select, Un, Var, While, add, block, conj, eq,
-    lt, mul,
+    If, IRExpr, IRStmt, Load, Max, Min, Param, Pragma, Return, Select, Un, Var, While, add, block,
+    conj, eq, lt, mul,
 )
 from ..lattice.lattice import Iter, Lattice, Point, build_lattice, locate_where_possible, sparse_iters
 from ..notation.ast import (
     Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
 )
+from .derived import DerivedLoops
 from .types import c_index_type, c_value_type
 
 C_KEYWORDS = frozenset(
@@ -46,7 +49,11 @@ MODES = ("fused", "assemble", "compute")
 
 # Rows vary in cost (sparse rows): threads take chunks of rows as they finish; chunks are
 # large because a row of a sparse matrix is little work.
-PARALLEL_FOR = "omp parallel for schedule(dynamic, 1024)"
+DEFAULT_CHUNKING = "dynamic, 1024"
+# the thread count: the kernel's argument, or OpenMP's default (OMP_NUM_THREADS) when 0
+THREADS_PARAM = "coiter_nthreads"
+NUM_THREADS = f"num_threads(COITER_THREADS({THREADS_PARAM}))"
+BOUND_ERROR = 3  # kernel return code: a bound() promise does not hold
 
 
 def sanitize(name: str) -> str:
@@ -66,7 +73,7 @@ def sanitize(name: str) -> str:
 class ParamSpec:
     """One C parameter and where its value comes from at call time."""
 
-    kind: str  # "dim" | "array" | "vals" | "out" | "out_len" | "cap_hint"
+    kind: str  # "dim" | "array" | "vals" | "out" | "out_len" | "cap_hint" | "threads"
     tensor: str
     level: int = -1  # 0-based storage level for "dim"/"array"
     array: str = ""
@@ -193,7 +200,7 @@ def restrict(s: Stmt, zero: frozenset) -> Stmt | None:
         return None if _is_zero(rhs) else replace(s, rhs=rhs)
     if isinstance(s, Forall):
         body = restrict(s.body, zero)
-        return None if body is None else Forall(s.var, body)
+        return None if body is None else replace(s, body=body)
     if isinstance(s, Where):
         producer = restrict(s.producer, zero)
         if producer is None:  # the temporaries stay zero
@@ -277,7 +284,7 @@ def _stmt_accesses(s: Stmt) -> list[Access]:
 # ------------------------------------------------------------------ the lowerer
 
 
-class Lowerer:
+class Lowerer(DerivedLoops):
     """Builds one kernel function from a concrete program (single use)."""
 
     def __init__(
@@ -301,6 +308,16 @@ class Lowerer:
         self.iter_names: dict[Iter, tuple[str, str]] = {}
         self.views: dict[Iter, _SortedScratch] = {}
         self.fused: set[Iter] = set()  # non-unique iterators walked entry by entry
+        self.prov = Provenance(prog.env.relations)
+        # coordinate windows of split variables walked sparsely: var -> [lo, hi)
+        self.window: dict[IndexVar, tuple[IRExpr, IRExpr]] = {}
+        self.explicit_parallel = any(isinstance(s, Forall) and s.unit != "NotParallel"
+                                     for s in walk_stmts(prog.stmt))
+        self.atomic_loops: list[Forall] = []  # enclosing parallel loops that resolve races by atomics
+        # dense temporaries are allocated by the function (a slice per thread in parallel loops)
+        self.temp_allocs: list[IRStmt] = []
+        self.temp_frees: list[IRStmt] = []
+        self.parallel_depth = 0  # CPUThread loops enclosing the statement being lowered
         self.result = prog.result
         rdecl = self.decls[self.result]
         self.result_allocated = not rdecl.format.is_dense
@@ -375,7 +392,7 @@ class Lowerer:
         stmts: list[IRStmt] = []
         for a in accs:
             decl = self.decls[a.tensor]
-            if decl.role == "temp":
+            if decl.role == "temp" and decl.order == 0:
                 continue
             fmt = decl.format
             k = self.resolved_depth(scope, a)
@@ -417,23 +434,59 @@ class Lowerer:
         out: list[IRStmt] = []
         # nested wheres inside the producer declare their own temporaries
         defined = [_produced(w.producer).tensor]
+        arrays = []
         for name in defined:
-            if self.decls[name].role == "temp":
+            decl = self.decls[name]
+            if decl.role == "temp" and decl.order == 0:
                 out.append(Decl(self.vtype[name], self.cn[name], Const(0)))
+            elif decl.role == "temp":
+                here, size = self._temp_array(name, decl)
+                out += here
+                arrays.append((name, size))
         workspaces = [n for n in defined if self.decls[n].role == "workspace"]
         out += self.lower(w.producer, scope)
         out += self.lower(w.consumer, scope)
         for name in workspaces:
             out += self._workspace_reset(name)
+        for name, size in arrays:  # zero again for the next use
+            out.append(ExprStmt(Call("memset", (Var(self.vals(name)), Const(0), mul(
+                size, Call("sizeof", (Var(self.vtype[name]),)))))))
         return out
+
+    def _temp_array(self, name: str, decl: TensorDecl) -> tuple[list[IRStmt], IRExpr]:
+        """A dense temporary (a precomputed workspace), allocated once by the function:
+        one slice per thread when it lives inside a parallel loop. Returns the statements
+        that point at this thread's slice, and its length."""
+        size: IRExpr = Const(1)
+        for k, v in enumerate(decl.modes):
+            dim = self.names(name, k).dimension.name
+            if dim not in self.used:
+                self.used.add(dim)
+                self.temp_allocs.append(Decl("int64_t", dim, self.extent[v]))
+            size = mul(size, Var(dim))
+        vals, vt = self.vals(name), self.vtype[name]
+        whole = f"{vals}_all" if self.parallel_depth else vals
+        if whole not in self.used:
+            self.used.add(whole)
+            copies = Var("COITER_THREADS(coiter_nthreads)") if self.parallel_depth else Const(1)
+            self.temp_allocs.append(Decl(f"{vt}*", whole, Cast(f"{vt}*", Call("calloc", (
+                mul(copies, Call("COITER_MAX", (size, Const(1)))), Call("sizeof", (Var(vt),)))))))
+            self.temp_allocs.append(If(Un("!", Var(whole)), block(Return(Const(1)))))
+            self.temp_frees.append(ExprStmt(Call("free", (Var(whole),))))
+        here: list[IRStmt] = []
+        if self.parallel_depth:
+            self.used.add(vals)
+            here.append(Decl(f"{vt}* restrict", vals, add(Var(whole), mul(
+                Var("COITER_THREAD_NUM()"), Call("COITER_MAX", (size, Const(1)))))))
+        return here, size
 
     def lower_assign(self, s: Assign, scope: Scope) -> list[IRStmt]:
         scope, out = self.resolve(scope, _stmt_accesses(s), frozenset({s.lhs}))
         lhs = s.lhs
         decl = self.decls[lhs.tensor]
         op = "+=" if s.accumulate else "="
-        if decl.role == "temp":
-            return out + [IRAssign(Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope), op)]
+        if decl.role == "temp" and decl.order == 0:
+            return out + [self._write(lhs, IRAssign(Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope), op))]
         if decl.role == "result" and self.mode == "assemble":
             return []
         if decl.order == 0:
@@ -445,13 +498,23 @@ class Lowerer:
             if level.has_insert:
                 out += level.insert_coord(self.names(lhs.tensor, last), pos,
                                           scope.coords[self.level_var(lhs, last)])
-        out.append(IRAssign(Load(self.vals(lhs.tensor), pos), self.expr(s.rhs, scope), op))
+        out.append(self._write(lhs, IRAssign(Load(self.vals(lhs.tensor), pos), self.expr(s.rhs, scope), op)))
         return out
+
+    def _write(self, lhs: Access, s: IRAssign) -> IRStmt:
+        """``s``, atomic when iterations of an enclosing parallel loop race on it."""
+        if not self._atomic(lhs):
+            return s
+        if s.op != "+=":
+            raise ScheduleError(f"Atomics: iterations race on {lhs}, which is assigned, not reduced")
+        if "complex" in self.vtype[lhs.tensor]:
+            raise ScheduleError(f"Atomics: OpenMP has no atomic update of complex {lhs}")
+        return Pragma("omp atomic", s)
 
     def expr(self, e: Expr, scope: Scope) -> IRExpr:
         if isinstance(e, Access):
             decl = self.decls[e.tensor]
-            if decl.role == "temp":
+            if decl.role == "temp" and decl.order == 0:
                 return Var(self.cn[e.tensor])
             where = ParentPos(Const(0)) if decl.order == 0 else scope.pos[(e, decl.order - 1)]
             load: IRExpr = Load(self.vals(e.tensor), where.lo)
@@ -538,12 +601,46 @@ class Lowerer:
         return out
 
     def lower_forall(self, f: Forall, scope: Scope) -> list[IRStmt]:
+        rel = self.prov.defining(f.var)
+        if rel is not None and not (isinstance(rel, Split) and rel.layout):
+            return self._with_atomics(f, lambda: self.lower_derived(f, scope))
+        return self._with_atomics(f, lambda: self._lower_coordinate_loop(f, scope))
+
+    def _with_atomics(self, f: Forall, lower) -> list[IRStmt]:
+        """Lower with ``f`` on the stack of loops whose racing writes become atomic (and
+        counted among the thread-parallel loops)."""
+        atomic = f.unit != "NotParallel" and f.race == "Atomics"
+        threads = int(f.unit == "CPUThread")
+        if atomic:
+            self.atomic_loops.append(f)
+        self.parallel_depth += threads
+        try:
+            return lower()
+        finally:
+            self.parallel_depth -= threads
+            if atomic:
+                self.atomic_loops.pop()
+
+    @staticmethod
+    def _accesses_of(s: Stmt) -> list[Access]:
+        return _stmt_accesses(s)
+
+    @staticmethod
+    def _lhs_of(s: Stmt) -> frozenset:
+        return _lhs_accesses(s)
+
+    def _span(self, v: IndexVar) -> tuple[IRExpr, IRExpr]:
+        """The coordinates a loop over original variable ``v`` covers: ``[0, extent)``, or
+        the window of the split piece being lowered."""
+        return self.window.get(v, (Const(0), self.extent[v]))
+
+    def _lower_coordinate_loop(self, f: Forall, scope: Scope) -> list[IRStmt]:
         v = f.var
         vname = self.var(v)
         lattice = build_lattice(value_expr(f.body), self.iter_of(scope, v))
         lattice = locate_where_possible(lattice, self._locatable)
         iters = lattice.iterators
-        extent = self.extent[v]
+        lo, extent = self._span(v)
         out: list[IRStmt] = []
 
         # results whose next level is indexed by v
@@ -564,6 +661,8 @@ class Lowerer:
             begin, end = level.pos_bounds(names, parent, self._ancestors(scope, it.access, it.level))
             if parent.may_fail:  # the parent's locate missed: nothing to walk
                 begin, end = (Select(Bin(">=", parent.lo, Const(0)), x, Const(0)) for x in (begin, end))
+            if v in self.window:
+                begin, end = self._window_bounds(it, begin, end, scope, out)
             bounds[it] = (begin, end)
             out += level.iter_init(names)
             if self._needs_order(it, lattice, bool(bottoms)):
@@ -575,11 +674,11 @@ class Lowerer:
         single = len(lattice.points) == 1
         if single and len(iters) == 1 and self._fusable(iters[0], f.body, heads, bottoms):
             self.fused.add(iters[0])
-        pragma = PARALLEL_FOR if self._parallel(f, scope) else None
         if lattice.points == (frozenset(),):
             end, inner = self._split_bound(v, extent, scope)
             body = self._case(f.body, inner, v, Var(vname), lattice, frozenset(), {}, bottoms)
-            out.append(For(vname, "int64_t", Const(0), end, block(body), _unless_returns(pragma, body)))
+            out.append(For(vname, "int64_t", lo, end, block(body), self._loop_pragma(f, scope, body),
+                           f.unroll))
         elif single and len(iters) == 1 and self._unique_iter(iters[0]):
             it = iters[0]
             p, _ = self._iter_names(it)
@@ -589,16 +688,21 @@ class Lowerer:
                 out.append(block(Decl("int64_t", p, begin), body))
             else:
                 # fused entries may repeat a coordinate: only a unique level's loop is race-free
-                distinct = it not in self.fused
-                out.append(For(p, "int64_t", begin, end, block(body),
-                               _unless_returns(pragma, body) if distinct else None))
+                distinct = it not in self.fused or f.unit != "NotParallel"
+                pragma = self._loop_pragma(f, scope, body) if distinct else None
+                out.append(For(p, "int64_t", begin, end, block(body), pragma, f.unroll))
         else:
+            if f.unit != "NotParallel":
+                raise ScheduleError(
+                    f"parallelize({v}): the loop over {v} co-iterates "
+                    f"{', '.join(str(it.access) for it in iters)} in a while loop, which cannot "
+                    f"run in parallel; split {v} first and parallelize the outer piece")
             for it in iters:
                 p, pend = self._iter_names(it)
                 begin, end = bounds[it]
                 out += [Decl("int64_t", p, begin), Decl("int64_t", pend, end)]
             if lattice.full_range:
-                out.append(Decl("int64_t", vname, Const(0)))
+                out.append(Decl("int64_t", vname, lo))
             for point in lattice.points:
                 out.append(self._point_loop(f.body, scope, v, lattice, point, bottoms))
 
@@ -614,26 +718,50 @@ class Lowerer:
                                           Var(begins[g.head]), Var(g.counter))
         return out
 
-    def _parallel(self, f: Forall, scope: Scope) -> bool:
-        """TACO's default schedule: run the outermost loop on threads when that is race-free.
+    def _loop_pragma(self, f: Forall, scope: Scope, body: list[IRStmt]) -> str | None:
+        """The OpenMP pragma for the loop of ``f``: its schedule's parallel unit and race
+        strategy, or the default (parallel outermost loop when race-free)."""
+        if f.unit == "NotParallel":
+            if self.explicit_parallel or not self._parallel(f, scope):
+                return None
+            return _unless_returns(f"omp parallel for schedule({DEFAULT_CHUNKING}) {NUM_THREADS}", body)
+        if f.unit.startswith("GPU"):
+            raise ScheduleError(f"parallelize({f.var}, {f.unit}): GPU units need the CUDA back end; "
+                                "the C back end runs CPUThread and CPUVector")
+        clauses = []
+        if f.race in ("Temporary", "ParallelReduction"):
+            for r in races(self.prov, f, self.decls):
+                if r.role == "temp" and self.decls[r.access.tensor].order == 0:
+                    clauses.append(f"reduction(+: {self.cn[r.access.tensor]})")
+                elif r.role == "result":
+                    size = " * ".join(self.names(self.result, k).dimension.name
+                                      for k in range(self.decls[self.result].order)) or "1"
+                    clauses.append(f"reduction(+: {self.vals(self.result)}[:{size}])")
+        if f.unit == "CPUVector":
+            pragma = " ".join(["omp simd", *clauses])
+        else:
+            chunking = (f.chunking or "dynamic, 1").replace(",", ", ").replace(",  ", ", ")
+            pragma = " ".join([f"omp parallel for schedule({chunking})", *clauses, NUM_THREADS])
+        if _unless_returns(pragma, body) is None:
+            raise ScheduleError(f"parallelize({f.var}): the loop allocates memory that may fail "
+                                "(a sparse result or a workspace); it cannot run in parallel")
+        return pragma
 
-        It is when the result is dense and every write to it is indexed, at its first level,
-        by this loop's variable (or by the blocks it splits into), so iterations write
-        disjoint rows; temporaries live inside the loop, and no workspace or appended result
-        is shared between iterations."""
+    def _atomic(self, lhs: Access) -> bool:
+        """Whether a write to ``lhs`` races in an enclosing loop parallelized with Atomics."""
+        return any(r.access == lhs for f in self.atomic_loops for r in races(self.prov, f, self.decls))
+
+    def _parallel(self, f: Forall, scope: Scope) -> bool:
+        """TACO's default schedule: run the outermost loop on threads when that is race-free:
+        the result is dense, iterations write disjoint parts of it (by the provenance
+        graph), temporaries live inside the loop, and no workspace or appended result is
+        shared between iterations."""
         rdecl = self.decls[self.result]
         if scope.coords or self.result_allocated or rdecl.order == 0 or self.mode == "assemble":
             return False
         if any(d.role == "workspace" for d in self.decls.values()):
             return False
-        writes = [s.lhs for s in walk_stmts(f.body)
-                  if isinstance(s, Assign) and s.lhs.tensor == self.result]
-        rows = {self.level_var(a, 0) for a in writes}
-        if len(rows) != 1:
-            return False
-        (row,) = rows
-        blocks = {rel.derived()[0] for rel in self.prog.env.relations if rel.parents()[0] == row}
-        return f.var == row or f.var in blocks
+        return not races(self.prov, f, self.decls)
 
     def _unique_iter(self, it: Iter) -> bool:
         return it in self.fused or self._level(it).unique
@@ -689,7 +817,7 @@ class Lowerer:
         loop_for = not full and len(its) == 1 and self._unique_iter(its[0])
         stmts = self._point_body(body, scope, v, lattice, point, bottoms, not loop_for)
         if not its:  # only full levels left: finish the range
-            return For(vname, "int64_t", None, self.extent[v], block(stmts))
+            return For(vname, "int64_t", None, self._span(v)[1], block(stmts))
         if full:
             stmts.append(IRAssign(Var(vname), Const(1), "+="))
         elif loop_for:
@@ -697,7 +825,7 @@ class Lowerer:
             return For(p, "int64_t", None, Var(pend), block(stmts))
         cond = [lt(Var(self._iter_names(it)[0]), Var(self._iter_names(it)[1])) for it in its]
         if full:
-            cond.append(lt(Var(vname), self.extent[v]))
+            cond.append(lt(Var(vname), self._span(v)[1]))
         return While(conj(cond), block(stmts))
 
     def _point_body(self, body: Stmt, scope: Scope, v: IndexVar, lattice: Lattice, point: Point,
@@ -775,10 +903,13 @@ class Lowerer:
             return recovered + [If(conj(guards), block(inner))] if inner else []
         return recovered + self._case_body(restricted, scope, bottoms, present)
 
+    def _layout_splits(self) -> list[Split]:
+        return [r for r in self.prog.env.relations if isinstance(r, Split) and r.layout]
+
     def _split_bound(self, v: IndexVar, extent: IRExpr, scope: Scope) -> tuple[IRExpr, Scope]:
         """Loop bound of a dense in-block variable: the block, cut where the last block runs
         past the tensor (``min(b, N - i_b * b)``), which makes recovery need no guard."""
-        for rel in self.prog.env.relations:
+        for rel in self._layout_splits():
             outer, inner = rel.derived()
             parent = rel.parents()[0]
             if inner == v and outer in scope.coords and parent in self.extent:
@@ -792,7 +923,7 @@ class Lowerer:
         (the last block may run past it)."""
         stmts: list[IRStmt] = []
         guards: list[IRExpr] = []
-        for rel in self.prog.env.relations:
+        for rel in self._layout_splits():
             parent = rel.parents()[0]
             outer, inner = rel.derived()
             if parent in scope.coords or outer not in scope.coords or inner not in scope.coords:
@@ -985,8 +1116,13 @@ class Lowerer:
             prologue += self._result_alloc()
         for g in self.groups:
             prologue.append(Decl("int64_t", g.counter, Const(0)))
+        prologue += self._bound_checks()
+        params.append(ParamSpec("threads", ""))
+        cparams.append(Param("int64_t", THREADS_PARAM))
+        self.used.add(THREADS_PARAM)
         body = self.lower(self.prog.stmt, Scope())
-        epilogue: list[IRStmt] = []
+        prologue += self.temp_allocs
+        epilogue: list[IRStmt] = list(self.temp_frees)
         out_arrays: list[tuple[int, str]] = []
         if self.result_allocated and self.mode != "compute":
             epilogue, out_arrays = self._result_finish()
@@ -999,6 +1135,16 @@ class Lowerer:
                       block(prologue, body, epilogue, Return(Const(0))))
         return KernelIR(fn, tuple(params), self.mode, self.result, self.result_allocated,
                         tuple(out_arrays))
+
+    def _bound_checks(self) -> list[IRStmt]:
+        """Return BOUND_ERROR unless the extents meet the schedule's bound() promises."""
+        out: list[IRStmt] = []
+        ops = {"MaxExact": "==", "MinExact": "==", "MaxConstraint": "<=", "MinConstraint": ">="}
+        for rel in self.prog.env.relations:
+            if isinstance(rel, Bound) and rel.var in self.extent:
+                holds = Bin(ops[rel.kind], self.extent[rel.var], Const(rel.value))
+                out.append(If(Un("!", holds), block(Return(Const(BOUND_ERROR)))))
+        return out
 
     def _workspace_alloc(self, name: str, decl: TensorDecl) -> list[IRStmt]:
         names = LevelNames(self.cn[name], 1)

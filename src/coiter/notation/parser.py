@@ -263,3 +263,12 @@ def parse(text: str) -> Assignment:
     ``Assignment.accumulate``. Raises :class:`ParseError` on malformed text.
     """
     return _Parser(text).assignment()
+
+
+def parse_expr(text: str) -> Expr:
+    """Parse an index-notation expression such as ``A(i,j) * x(j)`` (no assignment)."""
+    p = _Parser(text)
+    e = p.expr()
+    if p.peek.kind != "end":
+        raise p.expected("an operator or end of input")
+    return e

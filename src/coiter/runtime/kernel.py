@@ -14,11 +14,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..concrete.concretize import concretize
+from ..concrete.schedule import Command, apply as apply_command
 from ..concrete.stmt import ConcreteProgram
 from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
-from ..lower.lower import KernelIR, ParamSpec, lower
+from ..lower.lower import BOUND_ERROR, KernelIR, ParamSpec, lower
 from ..codegen.c import module
 from ..notation.ast import Assignment, Div, Literal, accesses, walk
 from ..notation.reductions import insert_reductions
@@ -28,7 +29,11 @@ _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
 
-_ERRORS = {1: "out of memory while assembling the result", 2: "result index overflow"}
+_ERRORS = {
+    1: "out of memory while assembling the result",
+    2: "result index overflow",
+    BOUND_ERROR: "the operands' sizes break a bound() promise of the schedule",
+}
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class _Variant:
 
 
 def _ctype_of(spec: ParamSpec) -> Any:
-    return ctypes.c_int64 if spec.kind in ("dim", "cap_hint") else ctypes.c_void_p
+    return ctypes.c_int64 if spec.kind in ("dim", "cap_hint", "threads") else ctypes.c_void_p
 
 
 class Kernel:
@@ -51,8 +56,10 @@ class Kernel:
         formats: Mapping[str, Format],
         dtype: np.dtype = np.dtype(np.float64),
         aliases: Mapping[str, str] | None = None,
+        schedule: tuple[Command, ...] = (),
     ) -> None:
         self.assignment = assignment
+        self.schedule = tuple(schedule)
         # operand names bound to another keyword (the old value of an updated result)
         self.aliases = dict(aliases or {})
         self.formats = dict(formats)
@@ -100,6 +107,8 @@ class Kernel:
             rt = self.result_dtype(dtypes)
             all_dtypes = {**dtypes, self.result: rt}
             prog = concretize(insert_reductions(self.assignment), self.formats, all_dtypes, rt)
+            for command in self.schedule:
+                prog = apply_command(prog, command)
             self._programs[key] = prog
         return prog
 
@@ -119,14 +128,19 @@ class Kernel:
         return var
 
     # -- calling -------------------------------------------------------------------------
-    def __call__(self, **operands: Any) -> Any:
-        """Compute the assignment; returns the result as a :class:`coiter.Tensor`."""
-        return self._run("fused", operands)
+    def __call__(self, threads: int | None = None, **operands: Any) -> Any:
+        """Compute the assignment; returns the result as a :class:`coiter.Tensor`.
 
-    def run(self, operands: Mapping[str, Any], result_shape: tuple[int, ...] | None = None) -> Any:
+        ``threads`` sets the number of OpenMP threads of parallel loops for this call
+        (default: ``OMP_NUM_THREADS``, else every core); pass an operand named
+        ``threads`` through :meth:`run`."""
+        return self._run("fused", operands, threads=threads)
+
+    def run(self, operands: Mapping[str, Any], result_shape: tuple[int, ...] | None = None,
+            threads: int | None = None) -> Any:
         """Like calling the kernel, with the result's shape given (needed when no operand
         carries a result index, as in ``A(i,j) = 0``; checked against the operands otherwise)."""
-        return self._run("fused", operands, result_shape=result_shape)
+        return self._run("fused", operands, result_shape=result_shape, threads=threads)
 
     def assemble(self, **operands: Any) -> Any:
         """Only the result's index structure (values zero)."""
@@ -137,7 +151,7 @@ class Kernel:
         return self._run("compute", operands, pattern)
 
     def _run(self, mode: str, operands: Mapping[str, Any], pattern: Any = None,
-             result_shape: tuple[int, ...] | None = None) -> Any:
+             result_shape: tuple[int, ...] | None = None, threads: int | None = None) -> Any:
         from ..operands import as_tensor
         from ..tensor import Tensor
 
@@ -145,6 +159,8 @@ class Kernel:
         missing = sorted(keywords - set(operands))
         if missing:
             raise ShapeError(f"missing operand(s) {', '.join(missing)}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer, got {threads!r}")
         extra = sorted(set(operands) - keywords)
         if extra:
             raise ShapeError(f"unexpected operand(s) {', '.join(extra)}; expected {sorted(keywords)}")
@@ -179,10 +195,10 @@ class Kernel:
             pstore = as_tensor(pattern, rdecl.format).storage
             storages[self.result] = pstore
             itypes[self.result] = pstore.index_dtype
-        storage = self._invoke(prog, itypes, mode, storages, rshape, rdecl.format, rdecl.dtype)
+        storage = self._invoke(prog, itypes, mode, storages, rshape, rdecl.format, rdecl.dtype, threads)
         if storage is None:  # int32 result indices overflowed: retry with int64
             itypes[self.result] = np.dtype(np.int64)
-            storage = self._invoke(prog, itypes, mode, storages, rshape, rdecl.format, rdecl.dtype)
+            storage = self._invoke(prog, itypes, mode, storages, rshape, rdecl.format, rdecl.dtype, threads)
         result = Tensor._wrap(storage, name=self.result)
         if prog.result_conversion is not None:
             result = result.asformat(prog.result_conversion)
@@ -217,6 +233,7 @@ class Kernel:
     def _invoke(
         self, prog: ConcreteProgram, itypes: Mapping[str, np.dtype], mode: str,
         storages: Mapping[str, Storage], rshape: tuple[int, ...], rfmt: Format, rdtype: np.dtype,
+        threads: int | None = None,
     ) -> Storage | None:
         var = self._variant(prog, itypes, mode)
         ir = var.ir
@@ -226,6 +243,9 @@ class Kernel:
         nslots = len(ir.out_arrays)
         rdims = tuple(rshape[m] for m in rfmt.ordering)
         for p in ir.params:
+            if p.kind == "threads":
+                args.append(threads or 0)
+                continue
             if p.tensor == self.result:
                 if p.kind == "dim":
                     args.append(rdims[p.level])

@@ -1,0 +1,81 @@
+"""Output races of parallel loops (Senanayake et al. 2020, §3.9 and §5).
+
+Iterations of a loop race on a write when two of them may write the same location.
+A write ``A(I)`` inside the loop over ``v`` is race-free when distinct values of
+``v`` give distinct values of variables in ``I``: following ``v`` up the
+provenance graph, splits, divides and bounds keep distinctness (disjoint pieces of
+their parent), a position of a unique level is a distinct coordinate under a fixed
+parent, and a fused variable is a distinct *pair* of coordinates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..notation.ast import Access, IndexVar
+from .provenance import Bound, Coord, Divide, Fuse, Pos, Provenance, Split
+from .stmt import Assign, Forall, Stmt, TensorDecl, Where, walk_stmts
+
+
+def distinct_vars(prov: Provenance, v: IndexVar, decls: Mapping[str, TensorDecl]) -> frozenset[IndexVar]:
+    """Original variables that jointly take distinct values in distinct iterations of ``v``
+    (empty when none are guaranteed to)."""
+    rel = prov.defining(v)
+    if rel is None:
+        return frozenset({v})
+    if isinstance(rel, (Split, Divide, Bound)):
+        return distinct_vars(prov, rel.parents()[0], decls)
+    if isinstance(rel, Coord):
+        return distinct_vars(prov, rel.pos, decls)
+    if isinstance(rel, Fuse):
+        # a fused value is a pair: distinct pairs, not distinct outer coordinates
+        return distinct_vars(prov, rel.outer, decls) | distinct_vars(prov, rel.inner, decls)
+    if isinstance(rel, Pos):
+        fmt = decls[rel.access.tensor].format
+        covered = prov.underived(rel.var)
+        levels = [k for k in range(fmt.order) if rel.access.indices[fmt.ordering[k]] in covered]
+        if all(fmt.levels[k].unique for k in levels):
+            return frozenset(covered)
+        return frozenset()
+    raise TypeError(type(rel).__name__)
+
+
+@dataclass(frozen=True)
+class Race:
+    """A write that iterations of a parallel loop may race on."""
+
+    access: Access
+    accumulate: bool
+    role: str  # the written tensor's role: "result", "temp" or "workspace"
+
+    def __str__(self) -> str:
+        return f"{self.access} {'+=' if self.accumulate else '='}"
+
+
+def _produced_inside(body: Stmt) -> set[str]:
+    """Temporaries whose ``where`` lies inside ``body`` (private to one iteration)."""
+    out: set[str] = set()
+    for s in walk_stmts(body):
+        if isinstance(s, Where):
+            out |= {a.lhs.tensor for a in walk_stmts(s.producer) if isinstance(a, Assign)}
+    return out
+
+
+def races(prov: Provenance, loop: Forall, decls: Mapping[str, TensorDecl]) -> list[Race]:
+    """Writes inside ``loop`` that distinct iterations of it may both make."""
+    distinct = distinct_vars(prov, loop.var, decls)
+    private = _produced_inside(loop.body)
+    out: list[Race] = []
+    for s in walk_stmts(loop.body):
+        if not isinstance(s, Assign):
+            continue
+        decl = decls[s.lhs.tensor]
+        # a workspace (Gustavson's row list) is allocated once per kernel: always shared
+        if decl.role == "temp" and s.lhs.tensor in private:
+            continue
+        if decl.role == "result" and distinct and distinct <= set(s.lhs.indices):
+            continue
+        race = Race(s.lhs, s.accumulate, decl.role)
+        if race not in out:
+            out.append(race)
+    return out

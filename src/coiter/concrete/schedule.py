@@ -1,0 +1,620 @@
+"""The scheduling language: transformations of concrete index notation.
+
+Each command is a pure function from a :class:`ConcreteProgram` to a new one. It
+checks its preconditions when applied and raises :class:`ScheduleError` saying
+why it cannot (an unknown variable, a reorder that breaks a format's order, a race
+under ``NoRaces``...). Derived variables are recorded as relations in the
+program's environment (:mod:`coiter.concrete.provenance`); data structures are
+never rewritten.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from ..errors import ScheduleError
+from ..formats.format import dense
+from ..notation.ast import Access, Add, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses
+from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Provenance, Split
+from .races import races
+from .stmt import (
+    PARALLEL_UNITS, RACE_STRATEGIES, Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt,
+    TensorDecl, Where, walk_stmts,
+)
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
+# commands that may follow a parallelize (the others assume serial loops)
+_AFTER_PARALLEL = ("parallelize", "unroll")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One scheduling command, printed in TACO's syntax: ``split(i,i0,i1,16)``."""
+
+    name: str
+    args: tuple[Any, ...]
+
+    @staticmethod
+    def make(name: str, args: tuple[Any, ...]) -> Command:
+        if name not in TRANSFORMS:
+            raise ScheduleError(f"unknown scheduling command {name!r}; expected one of {sorted(TRANSFORMS)}")
+        return Command(name, tuple(a.name if isinstance(a, IndexVar) else a for a in args))
+
+    def __str__(self) -> str:
+        return f"{self.name}({','.join(str(a) for a in self.args if a != '')})"
+
+
+def apply(prog: ConcreteProgram, cmd: Command) -> ConcreteProgram:
+    """``prog`` transformed by ``cmd`` (preconditions checked)."""
+    if any(c.name == "parallelize" for c in prog.commands) and cmd.name not in _AFTER_PARALLEL:
+        raise ScheduleError(f"{cmd}: no transformation may follow parallelize except another "
+                            "parallelize or unroll (they assume serial loops); apply it last")
+    try:
+        new = TRANSFORMS[cmd.name](prog, cmd, *cmd.args)
+    except TypeError as e:  # wrong number of arguments
+        raise ScheduleError(f"{cmd}: wrong arguments ({e})") from None
+    except ScheduleError as e:
+        if str(e).startswith(str(cmd)):
+            raise
+        raise ScheduleError(f"{cmd}: {e}") from None
+    return replace(new, commands=prog.commands + (cmd,))
+
+
+# ------------------------------------------------------------------ argument helpers
+
+
+def _all_vars(prog: ConcreteProgram) -> set[str]:
+    names: set[str] = set()
+    for s in walk_stmts(prog.stmt):
+        if isinstance(s, Forall):
+            names.add(s.var.name)
+        elif isinstance(s, Assign):
+            names |= {v.name for a in [s.lhs, *accesses(s.rhs)] for v in a.indices}
+    for r in prog.env.relations:
+        names |= {v.name for v in r.derived() + r.parents()}
+    return names
+
+
+def _loop(prog: ConcreteProgram, cmd: Command, name: Any) -> IndexVar:
+    if not isinstance(name, str) or not any(
+            isinstance(s, Forall) and s.var.name == name for s in walk_stmts(prog.stmt)):
+        loops = [s.var.name for s in walk_stmts(prog.stmt) if isinstance(s, Forall)]
+        raise ScheduleError(f"{cmd}: no loop over index variable {name!r} (loops: {', '.join(loops)})")
+    return IndexVar(name)
+
+
+def _fresh(prog: ConcreteProgram, cmd: Command, *names: Any) -> tuple[IndexVar, ...]:
+    taken = _all_vars(prog)
+    for n in names:
+        if not isinstance(n, str) or not _NAME.match(n):
+            raise ScheduleError(f"{cmd}: {n!r} is not a valid index variable name")
+        if n in taken:
+            raise ScheduleError(f"{cmd}: index variable {n} is already used")
+    if len(set(names)) != len(names):
+        raise ScheduleError(f"{cmd}: new index variables must have distinct names")
+    return tuple(IndexVar(n) for n in names)
+
+
+def _positive(cmd: Command, value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ScheduleError(f"{cmd}: {what} must be a positive integer, got {value!r}")
+    return value
+
+
+def _map_loops(s: Stmt, v: IndexVar, fn: Callable[[Forall], Stmt]) -> Stmt:
+    """``s`` with every loop over ``v`` replaced by ``fn(loop)``."""
+    if isinstance(s, Forall):
+        body = _map_loops(s.body, v, fn)
+        s = replace(s, body=body)
+        return fn(s) if s.var == v else s
+    if isinstance(s, Where):
+        return Where(_map_loops(s.consumer, v, fn), _map_loops(s.producer, v, fn))
+    if isinstance(s, Sequence):
+        return Sequence(_map_loops(s.define, v, fn), _map_loops(s.mutate, v, fn))
+    if isinstance(s, Multi):
+        return Multi(_map_loops(s.left, v, fn), _map_loops(s.right, v, fn))
+    return s
+
+
+def _with(prog: ConcreteProgram, stmt: Stmt, *relations: Any, **changes: Any) -> ConcreteProgram:
+    env = replace(prog.env, relations=prog.env.relations + relations)
+    new = replace(prog, stmt=stmt, env=env, **changes)
+    check_concordant(new)
+    return new
+
+
+# ------------------------------------------------------------------ dissolving temporaries
+
+
+def _factors(e: Expr) -> list[Expr]:
+    return _factors(e.a) + _factors(e.b) if isinstance(e, Mul) else [e]
+
+
+def _product(fs: list[Expr]) -> Expr:
+    out = fs[0]
+    for f in fs[1:]:
+        out = Mul(out, f)
+    return out
+
+
+def dissolve(prog: ConcreteProgram, w: Where, why: str) -> Stmt:
+    """``where(R(I) = f * t, forall(..., t += e))`` as ``forall(..., R(I) += f * e)``:
+    the scalar temporary of a reduction inlined, so loops can move across it. Valid when
+    the consumer is a product with ``t`` (it distributes over the sum) and ``R`` can be
+    written at random (every level inserts)."""
+    c = w.consumer
+    temps = {a.lhs.tensor for a in walk_stmts(w.producer) if isinstance(a, Assign)}
+    if not isinstance(c, Assign) or len(temps) != 1:
+        raise ScheduleError(f"{why}: a loop would cross the computation of a temporary in {w}")
+    (t,) = temps
+    tdecl = prog.tensors[t]
+    target = prog.tensors[c.lhs.tensor]
+    fs = _factors(c.rhs)
+    uses = [f for f in fs if isinstance(f, Access) and f.tensor == t]
+    if tdecl.order != 0 or len(uses) != 1 or any(t in {a.tensor for a in accesses(f)} for f in fs if f not in uses):
+        raise ScheduleError(f"{why}: {c} does not distribute over the sum computing {t}; "
+                            "the loops cannot move across it")
+    if not all(lv.has_insert for lv in target.format.levels):
+        raise ScheduleError(f"{why}: moving a loop out of the reduction into {t} makes {c.lhs} "
+                            f"accumulate at random, which its format ({target.format}) cannot")
+    rest = [f for f in fs if f not in uses]
+
+    def inline(s: Stmt) -> Stmt:
+        if isinstance(s, Assign):
+            return Assign(c.lhs, _product(rest + [s.rhs]) if rest else s.rhs, True)
+        if isinstance(s, Forall):
+            return replace(s, body=inline(s.body))
+        raise ScheduleError(f"{why}: the temporary {t} is computed by more than a loop nest")
+
+    return inline(w.producer)
+
+
+# ------------------------------------------------------------------ concordance
+
+
+def _paths(s: Stmt, loops: tuple[IndexVar, ...] = ()):
+    """(enclosing loops, assignment) for every assignment."""
+    if isinstance(s, Assign):
+        yield loops, s
+    elif isinstance(s, Forall):
+        yield from _paths(s.body, loops + (s.var,))
+    elif isinstance(s, Where):
+        yield from _paths(s.consumer, loops)
+        yield from _paths(s.producer, loops)
+    elif isinstance(s, Sequence):
+        yield from _paths(s.define, loops)
+        yield from _paths(s.mutate, loops)
+    elif isinstance(s, Multi):
+        yield from _paths(s.left, loops)
+        yield from _paths(s.right, loops)
+
+
+def check_concordant(prog: ConcreteProgram) -> None:
+    """Raise ScheduleError when some tensor would be iterated out of its storage order: a
+    level that cannot be reached by coordinate (no locate, or no insert for the result)
+    must be bound no earlier than the levels above it."""
+    prov = Provenance(prog.env.relations)
+    for loops, s in _paths(prog.stmt):
+        depth: dict[IndexVar, int] = {}
+        for d, v in enumerate(loops):
+            for u in prov.underived(v):
+                depth[u] = d
+        for a in [s.lhs, *accesses(s.rhs)]:
+            decl = prog.tensors[a.tensor]
+            if decl.role in ("temp", "workspace"):
+                continue
+            fmt = decl.format
+            deepest = -1
+            for k, level in enumerate(fmt.levels):
+                u = a.indices[fmt.ordering[k]]
+                reach = level.has_insert if a == s.lhs else (level.has_locate and level.full)
+                if u not in depth:
+                    raise ScheduleError(f"{a}: no loop binds index variable {u}")
+                if not reach and depth[u] < deepest:
+                    raise ScheduleError(
+                        f"{a} would be iterated out of its storage order: level {k + 1} "
+                        f"({level}, index {u}) cannot be reached before the levels above it")
+                deepest = max(deepest, depth[u])
+
+
+# ------------------------------------------------------------------ the transformations
+
+
+def _split(prog: ConcreteProgram, cmd: Command, i: Any, outer: Any, inner: Any, factor: Any,
+           relation: type = Split) -> ConcreteProgram:
+    v = _loop(prog, cmd, i)
+    o, n = _fresh(prog, cmd, outer, inner)
+    size = _positive(cmd, factor, "the split factor" if relation is Split else "the number of parts")
+    stmt = _map_loops(prog.stmt, v, lambda f: replace(f, var=o, body=replace(f, var=n)))
+    return _with(prog, stmt, relation(v, o, n, size))
+
+
+def _divide(prog: ConcreteProgram, cmd: Command, i: Any, outer: Any, inner: Any, parts: Any) -> ConcreteProgram:
+    return _split(prog, cmd, i, outer, inner, parts, Divide)
+
+
+def _body_loop(prog: ConcreteProgram, f: Forall, j: IndexVar, why: str) -> Forall:
+    """The loop over ``j`` directly inside ``f`` (dissolving a temporary in between)."""
+    body = f.body
+    if isinstance(body, Where) and any(isinstance(s, Forall) and s.var == j for s in walk_stmts(body.producer)):
+        body = dissolve(prog, body, why)
+    if not (isinstance(body, Forall) and body.var == j):
+        raise ScheduleError(f"{why}: the loop over {j} is not directly nested in the loop over {f.var}")
+    return body
+
+
+def _fuse(prog: ConcreteProgram, cmd: Command, i: Any, j: Any, f: Any) -> ConcreteProgram:
+    vi, vj = _loop(prog, cmd, i), _loop(prog, cmd, j)
+    (vf,) = _fresh(prog, cmd, f)
+    prov = Provenance(prog.env.relations)
+    if prov.is_position(vi):
+        raise ScheduleError(f"{cmd}: the outer variable {vi} must be in coordinate space")
+
+    def fuse(loop: Forall) -> Stmt:
+        inner = _body_loop(prog, loop, vj, str(cmd))
+        return replace(inner, var=vf)
+
+    return _with(prog, _map_loops(prog.stmt, vi, fuse), Fuse(vi, vj, vf))
+
+
+def _access_arg(prog: ConcreteProgram, cmd: Command, a: Any) -> Access:
+    if isinstance(a, str):
+        from ..notation.parser import parse_expr
+
+        a = parse_expr(a)
+    found = [x for s in walk_stmts(prog.stmt) if isinstance(s, Assign) for x in accesses(s.rhs)]
+    if not isinstance(a, Access) or a not in found:
+        raise ScheduleError(f"{cmd}: {a} is not an operand access of {prog.stmt}")
+    return a
+
+
+def _pos(prog: ConcreteProgram, cmd: Command, i: Any, p: Any, access: Any) -> ConcreteProgram:
+    v = _loop(prog, cmd, i)
+    (vp,) = _fresh(prog, cmd, p)
+    a = _access_arg(prog, cmd, access)
+    prov = Provenance(prog.env.relations)
+    if prov.defining(v) is not None and not isinstance(prov.defining(v), Fuse):
+        raise ScheduleError(f"{cmd}: {v} must be an original or fused index variable")
+    decl = prog.tensors[a.tensor]
+    covered = prov.underived(v)
+    fmt = decl.format
+    levels = [k for k in range(fmt.order) if a.indices[fmt.ordering[k]] in covered]
+    if not levels:
+        raise ScheduleError(f"{cmd}: {a} is not indexed by {v}")
+    if levels != list(range(levels[0], levels[0] + len(levels))) or \
+            [a.indices[fmt.ordering[k]] for k in levels] != list(covered):
+        raise ScheduleError(f"{cmd}: {', '.join(map(str, covered))} are not consecutive levels of "
+                            f"{a.tensor} ({fmt}) in storage order")
+    for k in levels[1:] if len(levels) > 1 else levels:
+        level = fmt.levels[k]
+        if not level.has_pos_iter or level.has_coord_iter:
+            raise ScheduleError(f"{cmd}: level {k + 1} of {a.tensor} ({level}) has no positions to iterate")
+    for k in levels:
+        if not fmt.levels[k].unique:
+            raise ScheduleError(f"{cmd}: level {k + 1} of {a.tensor} ({fmt.levels[k]}) repeats coordinates")
+    for loop in (s for s in walk_stmts(prog.stmt) if isinstance(s, Forall) and s.var == v):
+        _check_covered(prog, loop, a, str(cmd))
+    stmt = _map_loops(prog.stmt, v, lambda f: replace(f, var=vp))
+    return _with(prog, stmt, Pos(v, vp, a))
+
+
+def _vanishes(e: Expr, zero: set[str], a: Access) -> bool:
+    """Whether ``e`` is zero wherever ``a`` (and the temporaries in ``zero``) are."""
+    if isinstance(e, Access):
+        return e == a or e.tensor in zero
+    if isinstance(e, Mul):
+        return _vanishes(e.a, zero, a) or _vanishes(e.b, zero, a)
+    if isinstance(e, (Add, Sub)):
+        return _vanishes(e.a, zero, a) and _vanishes(e.b, zero, a)
+    if isinstance(e, Div):
+        return _vanishes(e.a, zero, a)
+    if isinstance(e, Neg):
+        return _vanishes(e.operand, zero, a)
+    return isinstance(e, Literal) and e.value == 0
+
+
+def _check_covered(prog: ConcreteProgram, loop: Forall, a: Access, why: str) -> None:
+    """Positions of ``a`` cover the loop only if every write inside is zero where ``a`` is
+    absent (an intersection with ``a``, not a union)."""
+    writes = [s for s in walk_stmts(loop.body) if isinstance(s, Assign)]
+    zero: set[str] = set()
+    for _ in writes:  # temporaries feed each other: iterate to a fixed point
+        zero |= {t for t in {s.lhs.tensor for s in writes}
+                 if prog.tensors[t].role == "temp"
+                 and all(_vanishes(s.rhs, zero, a) for s in writes if s.lhs.tensor == t)}
+    for s in writes:
+        if not _vanishes(s.rhs, zero, a):
+            raise ScheduleError(f"{why}: {s} does not vanish where {a} is absent; the loop over "
+                                f"{loop.var} covers more than the positions of {a.tensor}")
+
+
+def _coord(prog: ConcreteProgram, cmd: Command, p: Any, i: Any) -> ConcreteProgram:
+    vp = _loop(prog, cmd, p)
+    (vi,) = _fresh(prog, cmd, i)
+    rel = Provenance(prog.env.relations).defining(vp)
+    if not isinstance(rel, Pos):
+        raise ScheduleError(f"{cmd}: {vp} is not a position variable made by pos")
+    return _with(prog, _map_loops(prog.stmt, vp, lambda f: replace(f, var=vi)), Coord(vp, vi))
+
+
+def _reorder(prog: ConcreteProgram, cmd: Command, *names: Any) -> ConcreteProgram:
+    if len(names) == 1 and isinstance(names[0], (list, tuple)):
+        names = tuple(names[0])
+    vs = [_loop(prog, cmd, n) for n in names]
+    if len(set(vs)) != len(vs) or len(vs) < 2:
+        raise ScheduleError(f"{cmd}: give two or more distinct loop variables")
+    stmt = _reorder_stmt(prog, prog.stmt, vs, str(cmd))
+    return _with(prog, stmt)
+
+
+def _chain(prog: ConcreteProgram, s: Stmt, wanted: set[IndexVar], why: str, dissolve_wheres: bool):
+    """Loops from ``s`` down to the last of ``wanted`` (None if ``s`` is not on that path)."""
+    frames: list[Forall] = []
+    found = 0
+    while found < len(wanted):
+        if isinstance(s, Forall):
+            frames.append(s)
+            found += s.var in wanted
+            if found == len(wanted):
+                return frames, s.body
+            s = s.body
+        elif isinstance(s, Where) and dissolve_wheres:
+            s = dissolve(prog, s, why)
+        elif isinstance(s, Where):
+            s = s.producer
+        else:
+            missing = wanted - {f.var for f in frames}
+            raise ScheduleError(f"{why}: loops over {', '.join(sorted(v.name for v in missing))} "
+                                "are not nested on one path with the others")
+    raise AssertionError("unreachable")
+
+
+def _reorder_stmt(prog: ConcreteProgram, s: Stmt, vs: list[IndexVar], why: str) -> Stmt:
+    if isinstance(s, Forall) and s.var in vs:
+        frames, _ = _chain(prog, s, set(vs), why, False)
+        current = [f.var for f in frames if f.var in vs]
+        if current == vs:
+            return s
+        frames, body = _chain(prog, s, set(vs), why, True)
+        order = iter(vs)
+        by_var = {f.var: f for f in frames}
+        new = [by_var[next(order)] if f.var in vs else f for f in frames]
+        for f in reversed(new):
+            body = replace(f, body=body)
+        return body
+    if isinstance(s, Forall):
+        return replace(s, body=_reorder_stmt(prog, s.body, vs, why))
+    if isinstance(s, Where):
+        return Where(_reorder_stmt(prog, s.consumer, vs, why), _reorder_stmt(prog, s.producer, vs, why))
+    if isinstance(s, Sequence):
+        return Sequence(_reorder_stmt(prog, s.define, vs, why), _reorder_stmt(prog, s.mutate, vs, why))
+    if isinstance(s, Multi):
+        return Multi(_reorder_stmt(prog, s.left, vs, why), _reorder_stmt(prog, s.right, vs, why))
+    return s
+
+
+def _bound(prog: ConcreteProgram, cmd: Command, i: Any, ib: Any, value: Any, kind: Any) -> ConcreteProgram:
+    v = _loop(prog, cmd, i)
+    (vb,) = _fresh(prog, cmd, ib)
+    if kind not in BOUND_KINDS:
+        raise ScheduleError(f"{cmd}: bound kind must be one of {', '.join(BOUND_KINDS)}, got {kind!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ScheduleError(f"{cmd}: the bound must be a non-negative integer, got {value!r}")
+    if Provenance(prog.env.relations).defining(v) is not None:
+        raise ScheduleError(f"{cmd}: bound applies to an original index variable, {v} is derived")
+    return _with(prog, _map_loops(prog.stmt, v, lambda f: replace(f, var=vb)), Bound(v, vb, value, kind))
+
+
+def _unroll(prog: ConcreteProgram, cmd: Command, i: Any, factor: Any) -> ConcreteProgram:
+    v = _loop(prog, cmd, i)
+    n = _positive(cmd, factor, "the unroll factor")
+    return _with(prog, _map_loops(prog.stmt, v, lambda f: replace(f, unroll=n)))
+
+
+_CHUNKING = re.compile(r"(static|dynamic)(,\s*[1-9][0-9]*)?\Z")
+
+
+def _parallelize(prog: ConcreteProgram, cmd: Command, i: Any, unit: Any, race: Any,
+                 chunking: Any = "", chunk: Any = None) -> ConcreteProgram:
+    v = _loop(prog, cmd, i)
+    if unit not in PARALLEL_UNITS:
+        raise ScheduleError(f"{cmd}: parallel unit must be one of {', '.join(PARALLEL_UNITS)}")
+    if race not in RACE_STRATEGIES:
+        raise ScheduleError(f"{cmd}: race strategy must be one of {', '.join(RACE_STRATEGIES)}")
+    if chunk is not None:
+        chunking = f"{chunking},{chunk}"
+    if chunking and not _CHUNKING.match(str(chunking)):
+        raise ScheduleError(f"{cmd}: chunking must be 'static', 'dynamic' or 'dynamic,N', got {chunking!r}")
+    prov = Provenance(prog.env.relations)
+    for loop in (s for s in walk_stmts(prog.stmt) if isinstance(s, Forall) and s.var == v):
+        check_races(prov, loop, prog.tensors, unit, race, str(cmd))
+        inner = {s.unit for s in walk_stmts(loop.body) if isinstance(s, Forall)}
+        if unit == "CPUVector" and "CPUThread" in inner:
+            raise ScheduleError(f"{cmd}: a vector loop cannot contain a thread-parallel loop")
+    for path, loop in _loops_with_paths(prog.stmt):
+        if loop.var == v and unit == "CPUThread" and any(f.unit == "CPUVector" for f in path):
+            raise ScheduleError(f"{cmd}: a thread-parallel loop cannot run inside a vector loop")
+    stmt = _map_loops(prog.stmt, v, lambda f: replace(f, unit=unit, race=race, chunking=str(chunking)))
+    return _with(prog, stmt)
+
+
+def _loops_with_paths(s: Stmt, path: tuple[Forall, ...] = ()):
+    """(enclosing loops, loop) for every loop."""
+    if isinstance(s, Forall):
+        yield path, s
+        yield from _loops_with_paths(s.body, path + (s,))
+    for child in _children(s):
+        yield from _loops_with_paths(child, path)
+
+
+def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why: str) -> None:
+    """The race strategy's preconditions for running ``loop`` in parallel."""
+    if unit == "NotParallel":
+        return
+    for s in walk_stmts(loop.body):
+        decl = decls[s.lhs.tensor] if isinstance(s, Assign) else None
+        if decl is not None and decl.role == "result" and not all(lv.has_insert for lv in decl.format.levels):
+            raise ScheduleError(f"{why}: iterations would append to the sparse result "
+                                f"{decl.name} ({decl.format}) concurrently")
+    for r in races(prov, loop, decls):
+        if r.role == "workspace":
+            raise ScheduleError(f"{why}: the workspace {r.access.tensor} is shared by all iterations")
+        if race == "NoRaces":
+            raise ScheduleError(f"{why}: iterations race on {r.access}, which is reduced over "
+                                f"{loop.var} (use Atomics, Temporary or ParallelReduction)")
+        if race != "IgnoreRaces" and not r.accumulate:
+            raise ScheduleError(f"{why}: iterations race on {r.access}, which is assigned, not reduced")
+
+
+def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any, ws: Any) -> ConcreteProgram:
+    if isinstance(expr, str):
+        from ..notation.parser import parse_expr
+
+        expr = parse_expr(expr)
+    v = _loop(prog, cmd, i)
+    if Provenance(prog.env.relations).defining(v) is not None:
+        raise ScheduleError(f"{cmd}: precompute over a derived variable ({v}) is not supported")
+    w = iw if iw == i else _fresh(prog, cmd, iw)[0].name
+    vw = IndexVar(w)
+    if not isinstance(ws, str) or not _NAME.match(ws) or ws in prog.tensors:
+        raise ScheduleError(f"{cmd}: the workspace needs a new tensor name, got {ws!r}")
+    want = Counter(str(f) for f in _factors(expr))
+    hits = [(loops, s) for loops, s in _paths(prog.stmt)
+            if v in loops and not want - Counter(str(f) for f in _factors(s.rhs))]
+    if len(hits) != 1:
+        raise ScheduleError(f"{cmd}: {expr} must be a product of factors of exactly one assignment "
+                            f"inside the loop over {v} (found {len(hits)})")
+    loops, target = hits[0]
+    rest = list(_factors(target.rhs))
+    for f in _factors(expr):
+        rest.remove(next(x for x in rest if str(x) == str(f)))
+    vars_expr = {u for a in accesses(expr) for u in a.indices}
+    vars_rest = set(target.lhs.indices) | {u for f in rest for a in accesses(f) for u in a.indices}
+    if v not in vars_expr:
+        raise ScheduleError(f"{cmd}: {expr} is not indexed by {v}")
+    reduced = vars_expr - vars_rest
+    shared = (vars_expr & vars_rest) - {v}
+    start = min(loops.index(u) for u in reduced | {v})
+    below = set(loops[start:])
+    if shared & below:
+        raise ScheduleError(f"{cmd}: {expr} and the rest of {target} share the inner loop(s) "
+                            f"{', '.join(sorted(u.name for u in shared & below))}")
+    rhs_ws = Access(ws, (v,))
+    consumer: Stmt = Assign(target.lhs, _product(rest + [rhs_ws]) if rest else rhs_ws, target.accumulate)
+    producer_expr = _rename(expr, v, vw)
+    producer: Stmt = Assign(Access(ws, (vw,)), producer_expr, True)
+    frames = _frames_to(prog.stmt, target, str(cmd))[start:]
+    for f, inner in zip(frames, frames[1:] + [target]):
+        if f.body is not inner:
+            raise ScheduleError(f"{cmd}: the loops from {frames[0].var} down to {target} must be "
+                                "perfectly nested")
+    for f in reversed(frames):
+        if f.var not in reduced:
+            consumer = replace(f, body=consumer)
+        if f.var in vars_expr:
+            producer = replace(f, var=vw if f.var == v else f.var, body=producer)
+    new = Where(consumer, producer)
+    stmt = _replace_at(prog.stmt, frames[0], new)
+    result = prog.tensors[prog.result]
+    decl = TensorDecl(ws, dense(1), result.dtype, "temp", (vw,))
+    return _with(prog, stmt, tensors={**prog.tensors, ws: decl})
+
+
+def _rename(e: Expr, old: IndexVar, new: IndexVar) -> Expr:
+    if isinstance(e, Access):
+        return Access(e.tensor, tuple(new if u == old else u for u in e.indices))
+    if hasattr(e, "a"):
+        return type(e)(_rename(e.a, old, new), _rename(e.b, old, new))
+    if hasattr(e, "operand"):
+        return type(e)(_rename(e.operand, old, new))
+    return e
+
+
+def _frames_to(s: Stmt, target: Assign, why: str) -> list[Forall]:
+    """The loops enclosing ``target``, which must form a perfect nest below where the
+    precomputation goes."""
+    if s is target:
+        return []
+    if isinstance(s, Forall):
+        inner = _frames_to(s.body, target, why)
+        return [s] + inner if inner is not None else None  # type: ignore[return-value]
+    for child in _children(s):
+        inner = _frames_to(child, target, why)
+        if inner is not None:
+            return inner
+    return None  # type: ignore[return-value]
+
+
+def _children(s: Stmt) -> tuple[Stmt, ...]:
+    if isinstance(s, Where):
+        return (s.consumer, s.producer)
+    if isinstance(s, Sequence):
+        return (s.define, s.mutate)
+    if isinstance(s, Multi):
+        return (s.left, s.right)
+    return ()
+
+
+def _replace_at(s: Stmt, old: Stmt, new: Stmt) -> Stmt:
+    if s is old:
+        return new
+    if isinstance(s, Forall):
+        return replace(s, body=_replace_at(s.body, old, new))
+    if isinstance(s, (Where, Sequence, Multi)):
+        return type(s)(*(_replace_at(c, old, new) for c in _children(s)))
+    return s
+
+
+def _split_args(text: str) -> list[str]:
+    """Split ``text`` at commas outside parentheses and braces."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "({":
+            depth += 1
+        elif ch in ")}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def parse_commands(text: str) -> tuple[Command, ...]:
+    """TACO's command string, e.g. ``"split(i,i0,i1,16),reorder(i0,i1,j),
+    parallelize(i0,CPUThread,NoRaces)"``, as commands."""
+    commands: list[Command] = []
+    rest = text.strip()
+    while rest:
+        m = re.match(r"([A-Za-z_]+)\s*\(", rest)
+        if not m:
+            raise ScheduleError(f"schedule {text!r}: expected a command such as split(...) at {rest!r}")
+        depth, end = 0, None
+        for n, ch in enumerate(rest[m.end() - 1:], m.end() - 1):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0:
+                end = n
+                break
+        if end is None:
+            raise ScheduleError(f"schedule {text!r}: unbalanced parentheses in {rest!r}")
+        args = _split_args(rest[m.end():end].replace("{", "").replace("}", ""))
+        commands.append(Command.make(m.group(1), tuple(int(a) if a.isdigit() else a for a in args)))
+        rest = rest[end + 1:].strip()
+        if rest.startswith(","):
+            rest = rest[1:].strip()
+        elif rest:
+            raise ScheduleError(f"schedule {text!r}: expected ',' between commands at {rest!r}")
+    return tuple(commands)
+
+
+TRANSFORMS: dict[str, Callable[..., ConcreteProgram]] = {
+    "reorder": _reorder, "split": _split, "divide": _divide, "fuse": _fuse, "pos": _pos,
+    "coord": _coord, "precompute": _precompute, "bound": _bound, "unroll": _unroll,
+    "parallelize": _parallelize,
+}

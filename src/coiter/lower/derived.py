@@ -1,0 +1,325 @@
+"""Lowering loops over derived index variables (Senanayake et al. 2020, §5).
+
+A schedule replaces loops by loops over derived variables (split pieces, fused
+pairs, positions of one operand, bounded copies). Tensors stay indexed by the
+original variables, so each derived loop walks the provenance graph:
+
+* **bounds** — a derived variable's range follows from its parent's: the outer
+  piece of a split has ``ceil(R / b)`` steps, a position variable spans its
+  operand's segment (or the whole level when fused);
+* **recovery** — once every child of a relation is bound, the parent is computed
+  (``i = lo + i0*b + i1``; ``j = crd[p]``; a fused position recovers the outer
+  coordinates by *tracking*: one binary search when the loop starts, then
+  ``while (p >= pos[i+1]) i++`` as it advances);
+* **guards** — a split's last piece may run past its parent (``if (i >= N) break``);
+  the position's coordinate is read only inside the operand's range.
+
+A coordinate split of a variable that some operand walks sparsely (no locate)
+becomes a *window*: that operand's segment is narrowed by binary search to the
+coordinates of the current piece.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..concrete.provenance import Bound, Coord, Divide, Fuse, Pos, Split
+from ..concrete.stmt import Forall, Stmt
+from ..errors import ScheduleError
+from ..formats.levels.base import ParentPos
+from ..ir.nodes import (
+    Assign as IRAssign, Bin, Break, Const, Decl, For, If, IRExpr, IRStmt, Min, Var, While,
+    add, block, lt, mul,
+)
+from ..notation.ast import Access, IndexVar
+
+
+def _sub(a: IRExpr, b: IRExpr) -> IRExpr:
+    return a if b == Const(0) else Bin("-", a, b)
+
+
+def ceil_div(a: IRExpr, b: IRExpr) -> IRExpr:
+    if isinstance(b, Const):
+        return a if b.value == 1 else Bin("/", add(a, Const(b.value - 1)), b)
+    return Bin("/", add(a, _sub(b, Const(1))), b)
+
+
+class DerivedLoops:
+    """Mixin of :class:`coiter.lower.lower.Lowerer` for loops over derived variables."""
+
+    # -- ranges --------------------------------------------------------------------------
+    def range_of(self, v: IndexVar, scope) -> tuple[IRExpr, IRExpr]:
+        """``[lo, hi)`` of variable ``v`` where its loop starts."""
+        rel = self.prov.defining(v)
+        if rel is None:
+            return self._span(v)
+        if isinstance(rel, (Split, Divide)):
+            lo, hi = self.range_of(rel.parent, scope)
+            length = _sub(hi, lo)
+            if isinstance(rel, Split):
+                return (Const(0), ceil_div(length, Const(rel.block)) if v == rel.outer else Const(rel.block))
+            return (Const(0), Const(rel.parts) if v == rel.outer else ceil_div(length, Const(rel.parts)))
+        if isinstance(rel, Bound):
+            return (Const(0), Const(rel.value)) if rel.kind == "MaxExact" else self.range_of(rel.var, scope)
+        if isinstance(rel, Fuse):
+            (lo_o, hi_o), (lo_i, hi_i) = self.range_of(rel.outer, scope), self.range_of(rel.inner, scope)
+            return Const(0), mul(_sub(hi_o, lo_o), _sub(hi_i, lo_i))
+        if isinstance(rel, Pos):
+            return self._pos_range(rel, scope)
+        raise TypeError(type(rel).__name__)
+
+    def _block_size(self, rel, scope) -> IRExpr:
+        if isinstance(rel, Split):
+            return Const(rel.block)
+        lo, hi = self.range_of(rel.parent, scope)
+        return ceil_div(_sub(hi, lo), Const(rel.parts))
+
+    def _pos_levels(self, rel: Pos) -> list[int]:
+        fmt = self.fmt(rel.access.tensor)
+        covered = self.prov.underived(rel.var)
+        return [k for k in range(fmt.order) if rel.access.indices[fmt.ordering[k]] in covered]
+
+    def _pos_parent(self, rel: Pos, scope) -> ParentPos:
+        top = self._pos_levels(rel)[0]
+        if top == 0:
+            return ParentPos(Const(0))
+        parent = scope.pos.get((rel.access, top - 1))
+        if parent is None:
+            raise ScheduleError(f"{rel}: the loop over {rel.pos} must be inside the loops binding "
+                                f"the levels of {rel.access.tensor} above it")
+        return parent
+
+    def _segment(self, a: Access, k: int, lo: IRExpr, end: IRExpr) -> tuple[IRExpr, IRExpr]:
+        """Positions of level ``k`` under the parent positions ``[lo, end)``."""
+        level = self.fmt(a.tensor).levels[k]
+        names = self.names(a.tensor, k)
+        if not level.has_pos_iter:  # dense: arithmetic positions
+            d = level.dimension(names)
+            return mul(lo, d), mul(end, d)
+        return level.pos_bounds(names, ParentPos(lo, end))
+
+    def _segments(self, rel: Pos, scope) -> dict[int, tuple[IRExpr, IRExpr]]:
+        parent = self._pos_parent(rel, scope)
+        lo, end = parent.lo, parent.end
+        out = {}
+        for k in self._pos_levels(rel):
+            lo, end = self._segment(rel.access, k, lo, end)
+            out[k] = (lo, end)
+        return out
+
+    def _pos_range(self, rel: Pos, scope) -> tuple[IRExpr, IRExpr]:
+        return self._segments(rel, scope)[self._pos_levels(rel)[-1]]
+
+    # -- values of variables in terms of bound loops ----------------------------------------
+    def _value(self, v: IndexVar, scope) -> IRExpr | None:
+        """``v`` as an expression of the loop variables bound in ``scope`` (None if some
+        piece is not bound yet)."""
+        if v in scope.coords:
+            return scope.coords[v]
+        rel = self.prov.using(v)
+        if isinstance(rel, (Split, Divide)):
+            outer, inner = self._value(rel.outer, scope), self._value(rel.inner, scope)
+            if outer is None or inner is None:
+                return None
+            lo, _ = self.range_of(v, scope)
+            return add(lo, add(mul(outer, self._block_size(rel, scope)), inner))
+        if isinstance(rel, Bound):
+            return self._value(rel.bounded, scope)
+        return None
+
+    # -- loops ---------------------------------------------------------------------------
+    def lower_derived(self, f: Forall, scope) -> list[IRStmt]:
+        """A loop over a derived variable: bounds, recovery, guards, then the body."""
+        v = f.var
+        rel = self.prov.defining(v)
+        if isinstance(rel, Coord):  # iterate the coordinates again, under the new name
+            u = self.prov.defining(rel.pos).var
+            self.vn[u] = self.var(v)
+            return self.lower_forall(replace(f, var=u), scope)
+        if isinstance(rel, (Split, Divide)) and v == rel.inner and rel.outer in scope.coords:
+            parent = rel.parent
+            if self.prov.defining(parent) is None and self._walked(f.body, parent, scope):
+                return self._lower_window(f, rel, scope)
+        lo, hi = self.range_of(v, scope)
+        vname = self.var(v)
+        inner = scope.with_coord(v, Var(vname))
+        before: list[IRStmt] = []
+        body: list[IRStmt] = []
+        tagged = f.unit != "NotParallel"
+        if isinstance(rel, (Split, Divide)) and v == rel.inner and tagged:
+            # no break out of an OpenMP loop: the last piece gets a shorter bound instead
+            plo, phi = self.range_of(rel.parent, scope)
+            start = mul(scope.coords[rel.outer], self._block_size(rel, scope))
+            hi = Min((hi, _sub(_sub(phi, plo), start)))
+        inner, stmts = self._recover_up(v, inner, before, lo, tagged)
+        body += stmts
+        body += self._derived_body(f.body, inner)
+        pragma = self._loop_pragma(f, scope, body)
+        return before + [For(vname, "int64_t", lo, hi, block(body), pragma, f.unroll)]
+
+    def _walked(self, s: Stmt, u: IndexVar, scope) -> bool:
+        """Whether some operand in ``s`` iterates ``u`` sparsely (cannot locate it)."""
+        get = self.iter_of(scope, u)
+        return any(get(a) is not None for a in self._accesses_of(s))
+
+    def _lower_window(self, f: Forall, rel, scope) -> list[IRStmt]:
+        """The inner piece of a coordinate split over a sparsely walked variable: the
+        parent's loop restricted to the coordinates of the current piece."""
+        parent = rel.parent
+        lo, hi = self.range_of(parent, scope)
+        start = add(lo, mul(scope.coords[rel.outer], self._block_size(rel, scope)))
+        self.window[parent] = (start, Min((add(start, self._block_size(rel, scope)), hi)))
+        try:
+            return self.lower_forall(replace(f, var=parent), scope)
+        finally:
+            del self.window[parent]
+
+    def _recover_up(self, v: IndexVar, scope, before: list[IRStmt], lo: IRExpr,
+                 tagged: bool) -> tuple[object, list[IRStmt]]:
+        """Bind every variable that ``v`` completes, walking up the provenance graph."""
+        out: list[IRStmt] = []
+        rel = self.prov.defining(v)
+        if rel is None:
+            return scope, out
+        if isinstance(rel, (Split, Divide)):
+            if rel.outer not in scope.coords or rel.inner not in scope.coords:
+                return scope, out
+            p = rel.parent
+            value = self._value(p, scope)
+            first = self._value(p, scope.with_coord(v, lo))  # where this loop starts
+            pname = self.var(p)
+            out.append(Decl("int64_t", pname, value))
+            plo, phi = self.range_of(p, scope)
+            if not tagged:
+                out.append(If(Bin(">=", Var(pname), phi), block(Break())))
+            scope = scope.with_coord(p, Var(pname))
+            if isinstance(self.prov.defining(p), Pos):
+                return self._from_position(self.prov.defining(p), p, scope, before, out, first)
+            inner, more = self._recover_up(p, scope, before, lo, tagged)
+            return inner, out + more
+        if isinstance(rel, Bound):
+            out.append(Decl("int64_t", self.var(rel.var), scope.coords[v]))
+            return scope.with_coord(rel.var, Var(self.var(rel.var))), out
+        if isinstance(rel, Pos):
+            return self._from_position(rel, v, scope, before, out, lo)
+        if isinstance(rel, Fuse):
+            return self._unfuse(rel, v, scope, out)
+        raise TypeError(type(rel).__name__)
+
+    def _unfuse(self, rel: Fuse, v: IndexVar, scope, out: list[IRStmt]):
+        """Coordinates of a fused variable: ``outer = f / |inner|``, ``inner = f % |inner|``."""
+        (lo_o, _), (lo_i, hi_i) = self.range_of(rel.outer, scope), self.range_of(rel.inner, scope)
+        n = _sub(hi_i, lo_i)
+        f = scope.coords[v]
+        for u, value in ((rel.outer, add(lo_o, Bin("/", f, n))), (rel.inner, add(lo_i, Bin("%", f, n)))):
+            if self.prov.defining(u) is not None:
+                raise ScheduleError(f"{rel}: fusing derived variables in coordinate space is not supported")
+            out.append(Decl("int64_t", self.var(u), value))
+            scope = scope.with_coord(u, Var(self.var(u)))
+        return scope, out
+
+    def _from_position(self, rel: Pos, pvar: IndexVar, scope, before: list[IRStmt],
+                       out: list[IRStmt], first: IRExpr):
+        """Coordinates (and operand positions) at position ``pvar`` of ``rel.access``.
+
+        Levels above the iterated one, when fused, are tracked: their positions are
+        found by binary search at the loop's ``first`` position and advanced as the
+        position grows."""
+        a = rel.access
+        fmt = self.fmt(a.tensor)
+        levels = self._pos_levels(rel)
+        segments = self._segments(rel, scope)
+        parent = self._pos_parent(rel, scope)
+        bottom = levels[-1]
+        p = scope.coords[pvar]
+        positions: dict[int, IRExpr] = {bottom: p}
+        # tracked levels, innermost first: search where the loop starts, then advance
+        start = first
+        for k in reversed(levels[:-1]):
+            child = self.names(a.tensor, k + 1)
+            child_level = fmt.levels[k + 1]
+            qname = self._unique(f"{self.var(self.level_var(a, k))}_pos")
+            seg_lo, seg_hi = segments[k]
+            before += self._search(qname, seg_lo, seg_hi, start,
+                                   lambda q: child_level.pos_bounds(child, ParentPos(q))[0])
+            nxt = child_level.pos_bounds(child, ParentPos(add(Var(qname), Const(1))))[0]
+            out.append(While(Bin(">=", positions[k + 1], nxt), block(IRAssign(Var(qname), Const(1), "+="))))
+            positions[k] = Var(qname)
+            start = Var(qname)
+        coords: dict[int, IRExpr] = {}
+        for k in levels:
+            level = fmt.levels[k]
+            names = self.names(a.tensor, k)
+            if level.has_pos_iter:
+                coords[k] = level.pos_access(names, positions[k], self._ancestors(scope, a, k))
+            else:  # dense top level: position minus the parent's offset
+                coords[k] = _sub(positions[k], mul(parent.lo, level.dimension(names)))
+            u = self.level_var(a, k)
+            out.append(Decl("int64_t", self.var(u), coords[k]))
+            scope = scope.with_coord(u, Var(self.var(u)))
+            found = level.pos_found(names, positions[k]) if level.has_pos_iter else None
+            if found is not None:
+                raise ScheduleError(f"{rel}: level {k + 1} of {a.tensor} ({level}) has gaps")
+        items = [((a, k), ParentPos(positions[k])) for k in levels]
+        return scope.with_pos(items), out
+
+    def _search(self, q: str, lo: IRExpr, hi: IRExpr, target: IRExpr, start) -> list[IRStmt]:
+        """``q`` = the last position in ``[lo, hi)`` whose segment starts at or before
+        ``target`` (binary search; segments are sorted)."""
+        top, mid = self._unique(f"{q}_hi"), self._unique(f"{q}_mid")
+        return [
+            Decl("int64_t", q, lo),
+            Decl("int64_t", top, _sub(hi, Const(1))),
+            While(lt(Var(q), Var(top)), block(
+                Decl("int64_t", mid, add(Var(q), Bin("/", add(_sub(Var(top), Var(q)), Const(1)), Const(2)))),
+                If(Bin("<=", start(Var(mid)), target), block(IRAssign(Var(q), Var(mid))),
+                   block(IRAssign(Var(top), _sub(Var(mid), Const(1))))),
+            )),
+        ]
+
+    def lower_bound(self, name: str, level, names, ancestors, lo: IRExpr, hi: IRExpr,
+                    coord: IRExpr) -> list[IRStmt]:
+        """``name`` = the first position in ``[lo, hi)`` whose coordinate is ``>= coord``."""
+        top, mid = self._unique(f"{name}_hi"), self._unique(f"{name}_mid")
+        return [
+            Decl("int64_t", name, lo),
+            Decl("int64_t", top, hi),
+            While(lt(Var(name), Var(top)), block(
+                Decl("int64_t", mid, add(Var(name), Bin("/", _sub(Var(top), Var(name)), Const(2)))),
+                If(lt(level.pos_access(names, Var(mid), ancestors), coord),
+                   block(IRAssign(Var(name), add(Var(mid), Const(1)))),
+                   block(IRAssign(Var(top), Var(mid)))),
+            )),
+        ]
+
+    def _derived_body(self, body: Stmt, scope) -> list[IRStmt]:
+        """The loop body once derived variables are bound: locate operands and results at
+        the recovered coordinates, refusing operands that would have to be walked."""
+        accs = self._accesses_of(body)
+        located, stmts = self.resolve(scope, accs, self._lhs_of(body))
+        for a in accs:
+            decl = self.decls[a.tensor]
+            k = self.resolved_depth(located, a)
+            if decl.role in ("input", "result") and k < decl.order and self.level_var(a, k) in located.coords:
+                level = decl.format.levels[k]
+                raise ScheduleError(
+                    f"{a.tensor}: level {k + 1} ({level}) is indexed by {self.level_var(a, k)}, which "
+                    "a derived loop binds by coordinate, but it cannot be reached by coordinate "
+                    "(apply pos to that operand, or keep its loop in coordinate space)")
+        return stmts + self._guarded(body, located, [], {}, self._may_miss(body, located))
+
+    def _window_bounds(self, it, begin: IRExpr, end: IRExpr, scope, out: list[IRStmt]) -> tuple[IRExpr, IRExpr]:
+        """Narrow iterator ``it``'s range to the coordinates of the current window."""
+        lo, hi = self.window[it.var]
+        level = self.fmt(it.access.tensor).levels[it.level]
+        names = self.names(it.access.tensor, it.level)
+        if not (level.ordered and level.unique) or level.has_coord_iter or \
+                level.pos_found(names, Var("p")) is not None:
+            raise ScheduleError(f"split of {it.var}: {it.access.tensor}'s level {it.level + 1} ({level}) "
+                                "must be ordered, unique and gapless to be cut by coordinate")
+        base = f"p{self.cn[it.access.tensor]}{it.level + 1}"
+        first, last = self._unique(f"{base}_first"), self._unique(f"{base}_last")
+        anc = self._ancestors(scope, it.access, it.level)
+        out += self.lower_bound(first, level, names, anc, begin, end, lo)
+        out += self.lower_bound(last, level, names, anc, Var(first), end, hi)
+        return Var(first), Var(last)
+

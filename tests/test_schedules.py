@@ -1,0 +1,394 @@
+"""The scheduling language: transformations, derived loops, parallel code (issue 4).
+
+Every schedule is checked against NumPy/SciPy on the same data; the fuzzer applies
+random sequences of transformations and requires that accepted ones never change
+results.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+import coiter
+from coiter.concrete.schedule import parse_commands
+from coiter.data import example_path
+from coiter.errors import KernelError, ParseError, ScheduleError
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+RNG = np.random.default_rng(7)
+
+
+def _csr(n: int, m: int, density: float, seed: int) -> sp.csr_array:
+    return sp.random_array((n, m), density=density, format="csr", random_state=seed)
+
+
+def _tensor3(shape, density, seed) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (rng.random(shape) < density) * rng.random(shape)
+
+
+# ---------------------------------------------------------------- the paper's CPU schedules (§6.6)
+
+SPMV_ROWS = "split(i,i0,i1,16),reorder(i0,i1,j),parallelize(i0,CPUThread,NoRaces)"
+SPMV_FIG4 = "fuse(i,j,f),pos(f,fpos,A(i,j)),split(fpos,fpos0,fpos1,16),parallelize(fpos0,CPUThread,Atomics)"
+SPMM = ("split(i,i0,i1,16),pos(j,jpos,A(i,j)),split(jpos,jpos0,jpos1,8),reorder(i0,i1,jpos0,k,jpos1),"
+        "parallelize(i0,CPUThread,NoRaces),parallelize(k,CPUVector,IgnoreRaces)")
+SDDMM = ("split(i,i0,i1,16),pos(k,kpos,B(i,k)),split(kpos,kpos0,kpos1,8),reorder(i0,i1,kpos0,j,kpos1),"
+         "parallelize(i0,CPUThread,NoRaces),parallelize(kpos1,CPUVector,ParallelReduction)")
+TTV = "fuse(i,j,f),pos(f,fpos,B(i,j,k)),split(fpos,chunk,fpos2,16),reorder(chunk,fpos2,k),parallelize(chunk,CPUThread,NoRaces)"
+MTTKRP = ("split(i,i1,i2,16),reorder(i1,i2,k,l,j),precompute(B(i,k,l)*D(l,j),j,j,w),"
+          "parallelize(i1,CPUThread,NoRaces)")
+
+
+def _matrices():
+    yield "random", _csr(203, 171, 0.05, 1)
+    yield "bcsstk16", coiter.read(example_path("bcsstk16")).to_scipy().tocsr()
+
+
+@pytest.mark.parametrize("schedule", [SPMV_ROWS, SPMV_FIG4], ids=["rows", "fig4b"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_spmv_schedules(schedule: str, threads: int) -> None:
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule)
+    for _, A in _matrices():
+        x = RNG.random(A.shape[1])
+        np.testing.assert_allclose(k(A=A, x=x, threads=threads).to_numpy(), A @ x, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_spmm_schedule(threads: int) -> None:
+    k = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, schedule=SPMM)
+    for _, A in _matrices():
+        B = RNG.random((A.shape[1], 11))
+        np.testing.assert_allclose(k(A=A, B=B, threads=threads).to_numpy(), A @ B, rtol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sddmm_schedule(threads: int) -> None:
+    k = coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"B": "csr"}, schedule=SDDMM)
+    for _, B in _matrices():
+        C, D = RNG.random((B.shape[0], 9)), RNG.random((9, B.shape[1]))
+        ref = B.multiply(C @ D).toarray()
+        np.testing.assert_allclose(k(B=B, C=C, D=D, threads=threads).to_numpy(), ref, rtol=1e-12)
+
+
+def _tensors():
+    yield "random", coiter.Tensor.from_numpy(_tensor3((13, 11, 17), 0.2, 3), format=coiter.csf(3))
+    path = SHARED / "tensors" / "fb15k-237.tns.gz"
+    if path.exists():
+        yield "fb15k-237", coiter.read(path).asformat(coiter.csf(3))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ttv_schedule(threads: int) -> None:
+    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": coiter.csf(3)}, schedule=TTV)
+    for name, B in _tensors():
+        c = RNG.random(B.shape[2])
+        got = k(B=B, c=c, threads=threads).to_numpy()
+        ref = _ttv_reference(B, c)
+        np.testing.assert_allclose(got, ref, rtol=1e-10, err_msg=name)
+
+
+def _ttv_reference(B: coiter.Tensor, c: np.ndarray) -> np.ndarray:
+    coords, vals = B.storage.to_coords()
+    out = np.zeros(B.shape[:2])
+    np.add.at(out, (coords[0], coords[1]), vals * c[coords[2]])
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mttkrp_schedule(threads: int) -> None:
+    k = coiter.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": coiter.csf(3)}, schedule=MTTKRP)
+    for name, B in _tensors():
+        C, D = RNG.random((B.shape[1], 8)), RNG.random((B.shape[2], 8))
+        coords, vals = B.storage.to_coords()
+        ref = np.zeros((B.shape[0], 8))
+        np.add.at(ref, coords[0], vals[:, None] * C[coords[1]] * D[coords[2]])
+        np.testing.assert_allclose(k(B=B, C=C, D=D, threads=threads).to_numpy(), ref, rtol=1e-10, err_msg=name)
+
+
+def test_mttkrp_precompute_workspace_in_notation() -> None:
+    k = coiter.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": coiter.csf(3)}, schedule=MTTKRP)
+    text = str(k.concrete)
+    assert "where(forall(j, A(i,j) += C(k,j) * w(j)), forall(l, forall(j, w(j) += B(i,k,l) * D(l,j))))" in text
+    assert text.endswith(": split(i, i1, i2, 16)")
+
+
+# ---------------------------------------------------------------- Fig. 4b (golden text)
+
+FIG4B = """\
+  #pragma omp parallel for schedule(dynamic, 1) num_threads(COITER_THREADS(coiter_nthreads))
+  for (int64_t fpos0 = 0; fpos0 < (A2_pos[A1_dimension] - A2_pos[0] + 15) / 16; fpos0++) {
+    int64_t i_pos = 0;
+    int64_t i_pos_hi = A1_dimension - 1;
+    while (i_pos < i_pos_hi) {
+      int64_t i_pos_mid = i_pos + (i_pos_hi - i_pos + 1) / 2;
+      if (A2_pos[i_pos_mid] <= A2_pos[0] + fpos0 * 16) {
+        i_pos = i_pos_mid;
+      } else {
+        i_pos_hi = i_pos_mid - 1;
+      }
+    }
+    for (int64_t fpos1 = 0; fpos1 < 16; fpos1++) {
+      int64_t fpos = A2_pos[0] + (fpos0 * 16 + fpos1);
+      if (fpos >= A2_pos[A1_dimension]) {
+        break;
+      }
+      while (fpos >= A2_pos[i_pos + 1]) {
+        i_pos++;
+      }
+      int64_t i = i_pos;
+      int64_t j = A2_crd[fpos];
+      #pragma omp atomic
+      y_vals[i] += A_vals[fpos] * x_vals[j];
+    }
+  }
+  return 0;
+}
+"""
+
+
+def test_fig4b_golden_text() -> None:
+    """fuse → pos → split → parallelize(CPUThread, Atomics): derived bound
+    ceil(nnz/16), tracking init (binary search) and advance of i, recovery of the
+    position and j, the tile guard, and an atomic update (the paper's Fig. 4b)."""
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=SPMV_FIG4)
+    body = k.source.split("int64_t coiter_nthreads) {\n", 1)[1]
+    assert body == FIG4B
+    assert str(k.concrete) == ("forall(fpos0, forall(fpos1, y(i) += A(i,j) * x(j)), CPUThread, Atomics) : "
+                               "fuse(i, j, f), pos(f, fpos, A(i,j)), split(fpos, fpos0, fpos1, 16)")
+
+
+# ---------------------------------------------------------------- both spellings
+
+
+def test_python_api_equals_command_string() -> None:
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    chained = (k.concrete.split("i", "i0", "i1", 16).reorder("i0", "i1", "j")
+               .parallelize("i0", "CPUThread", "NoRaces"))
+    k2 = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=chained)
+    k3 = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=SPMV_ROWS)
+    assert k2.source == k3.source
+    assert [str(c) for c in chained.commands] == SPMV_ROWS.split(",reorder")[0:1] + [
+        "reorder(i0,i1,j)", "parallelize(i0,CPUThread,NoRaces)"]
+    A = _csr(50, 40, 0.1, 5)
+    x = RNG.random(40)
+    np.testing.assert_allclose(k2(A=A, x=x).to_numpy(), A @ x)
+
+
+def test_chunking_static_and_dynamic() -> None:
+    A = _csr(300, 90, 0.05, 6)
+    x = RNG.random(90)
+    for chunk, text in [("static", "schedule(static)"), ("dynamic,4", "schedule(dynamic, 4)")]:
+        k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"},
+                           schedule=f"split(i,i0,i1,8),parallelize(i0,CPUThread,NoRaces,{chunk})")
+        assert text in k.source
+        np.testing.assert_allclose(k(A=A, x=x, threads=2).to_numpy(), A @ x)
+
+
+def test_temporary_and_parallel_reduction_use_openmp_reductions() -> None:
+    A = _csr(120, 80, 0.1, 8)
+    x = RNG.random(80)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"},
+                       schedule="fuse(i,j,f),pos(f,fp,A(i,j)),divide(fp,f0,f1,2),parallelize(f0,CPUThread,Temporary)")
+    assert "reduction(+: y_vals[:y1_dimension])" in k.source
+    np.testing.assert_allclose(k(A=A, x=x, threads=2).to_numpy(), A @ x)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"},
+                       schedule="pos(j,jp,A(i,j)),parallelize(jp,CPUVector,ParallelReduction)")
+    assert "omp simd reduction(+: t0)" in k.source
+    np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
+
+
+def test_coordinate_split_of_a_sparse_level_uses_windows() -> None:
+    A = _csr(64, 300, 0.05, 9)
+    x = RNG.random(300)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="split(j,j0,j1,32)")
+    assert "pA2_first" in k.source  # the row's segment is cut by binary search
+    np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
+    # the same with the blocks of columns outermost (sparse x: intersections per window)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr", "x": "s"},
+                       schedule="split(j,j0,j1,32),reorder(j0,i,j1)")
+    xs = np.where(RNG.random(300) < 0.3, x, 0)
+    np.testing.assert_allclose(k(A=A, x=xs).to_numpy(), A @ xs)
+
+
+def test_bound_unroll_and_coord() -> None:
+    D = RNG.random((30, 40))
+    x = RNG.random(40)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", schedule="bound(j,jb,40,MaxExact),unroll(jb,4)")
+    assert "#pragma GCC unroll 4" in k.source and "jb < 40" in k.source
+    np.testing.assert_allclose(k(A=D, x=x).to_numpy(), D @ x)
+    with pytest.raises(KernelError, match="bound"):
+        k(A=D[:, :39], x=x[:39])
+    A = _csr(40, 50, 0.1, 10)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="pos(j,jp,A(i,j)),coord(jp,jc)")
+    np.testing.assert_allclose(k(A=A, x=RNG.random(50) * 0 + 1).to_numpy(), A @ np.ones(50))
+
+
+def test_spgemm_rows_split_serial_keeps_assembly() -> None:
+    A, B = _csr(80, 60, 0.05, 11), _csr(60, 70, 0.05, 12)
+    k = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       schedule="split(i,i0,i1,8)")
+    np.testing.assert_allclose(k(A=A, B=B).to_scipy().toarray(), (A @ B).toarray())
+
+
+def test_threads_argument() -> None:
+    A = _csr(5000, 300, 0.01, 13)
+    x = RNG.random(300)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    for n in (1, 2, 3):
+        np.testing.assert_allclose(k(A=A, x=x, threads=n).to_numpy(), A @ x)
+    with pytest.raises(ValueError, match="threads"):
+        k(A=A, x=x, threads=0)
+
+
+# ---------------------------------------------------------------- preconditions
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ("split(q,q0,q1,4)", "no loop over index variable 'q'"),
+    ("split(i,i0,i1,0)", "positive integer"),
+    ("split(i,j,i1,4)", "already used"),
+    ("reorder(j,i)", "out of its storage order"),
+    ("fuse(i,j,f),pos(f,fpos,A(i,j)),split(fpos,p0,p1,8),parallelize(p0,CPUThread,NoRaces)", "race on y(i)"),
+    ("parallelize(i,CPUThread,NoRace)", "race strategy must be one of"),
+    ("parallelize(i,GPUCore,NoRaces)", "parallel unit must be one of"),
+    ("parallelize(i,CPUThread,NoRaces),split(i,i0,i1,4)", "no transformation may follow parallelize"),
+    ("pos(i,ip,A(i,j))", "level 1 of A (dense) has no positions"),
+    ("pos(j,jp,B(i,j))", "is not an operand access"),
+    ("unroll(j,-1)", "positive integer"),
+    ("bound(j,jb,4,Exactly)", "bound kind must be one of"),
+    ("precompute(A(i,j)*z(j),j,j,w)", "exactly one assignment"),
+    ("parallelize(i,CPUThread,NoRaces,sometimes)", "chunking"),
+])
+def test_schedule_errors(schedule: str, message: str) -> None:
+    with pytest.raises(ScheduleError, match=re.escape(message)):
+        coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule)
+
+
+def test_errors_found_when_lowering() -> None:
+    A = _csr(20, 20, 0.2, 14)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"},
+                       schedule="split(i,i0,i1,4),parallelize(i0,GPUBlock,IgnoreRaces)")
+    with pytest.raises(ScheduleError, match="CUDA"):
+        k(A=A, x=np.ones(20))
+    k = coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr"},
+                       schedule="parallelize(j,CPUThread,IgnoreRaces)")
+    with pytest.raises(ScheduleError, match="while loop"):
+        k(A=A, B=A)
+    with pytest.raises(ScheduleError, match="append to the sparse result C"):
+        coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       schedule="parallelize(i,CPUThread,NoRaces)")
+
+
+def test_sparse_result_blocks_reorder_across_reduction() -> None:
+    with pytest.raises(ScheduleError, match="cannot"):
+        coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"B": "csr", "A": "csr"}, schedule=SDDMM)
+
+
+def test_command_string_parse_errors() -> None:
+    with pytest.raises(ScheduleError, match="unknown scheduling command"):
+        parse_commands("tile(i,4)")
+    with pytest.raises(ScheduleError, match="unbalanced"):
+        parse_commands("split(i,i0,i1,4")
+    with pytest.raises(ScheduleError, match="expected ','"):
+        parse_commands("split(i,i0,i1,4) reorder(i0,i1)")
+    with pytest.raises(ParseError):
+        coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="precompute(A(i,,j),j,j,w)")
+
+
+# ---------------------------------------------------------------- schedule fuzzing
+
+KERNELS = {
+    "spmv": ("y(i) = A(i,j) * x(j)", {"A": "csr"}),
+    "spmv_dense": ("y(i) = A(i,j) * x(j)", {}),
+    "spmm": ("C(i,k) = A(i,j) * B(j,k)", {"A": "csr"}),
+    "ttv": ("A(i,j) = B(i,j,k) * c(k)", {"B": "sss"}),
+    "mttkrp": ("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", {"B": "dss"}),
+    "add": ("A(i,j) = B(i,j) + C(i,j)", {"B": "csr", "C": "dd"}),
+}
+
+
+def _operands(name: str, rng: np.random.Generator):
+    if name.startswith("spmv"):
+        A = _csr(37, 29, 0.15, int(rng.integers(1 << 30)))
+        x = rng.random(29)
+        return dict(A=A, x=x), lambda: A @ x
+    if name == "spmm":
+        A, B = _csr(37, 29, 0.15, int(rng.integers(1 << 30))), rng.random((29, 6))
+        return dict(A=A, B=B), lambda: A @ B
+    if name == "ttv":
+        B, c = _tensor3((9, 7, 11), 0.2, int(rng.integers(1 << 30))), rng.random(11)
+        return dict(B=B, c=c), lambda: np.einsum("ijk,k->ij", B, c)
+    if name == "mttkrp":
+        B, C, D = _tensor3((9, 7, 11), 0.2, int(rng.integers(1 << 30))), rng.random((7, 5)), rng.random((11, 5))
+        return dict(B=B, C=C, D=D), lambda: np.einsum("ikl,kj,lj->ij", B, C, D)
+    B, C = _csr(23, 19, 0.2, int(rng.integers(1 << 30))), rng.random((23, 19))
+    return dict(B=B, C=C), lambda: B.toarray() + C
+
+
+UNITS = ["CPUThread", "CPUVector"]
+# IgnoreRaces is the user's promise that no race exists, which random schedules break
+RACES = ["NoRaces", "Atomics", "Temporary", "ParallelReduction"]
+
+
+@st.composite
+def _commands(draw, prog):
+    """A random command over the loops and accesses of ``prog`` (may be illegal)."""
+    loops = [s.var.name for s in _walk_loops(prog.stmt)]
+    v = draw(st.sampled_from(loops))
+    n = len(prog.commands)
+    kind = draw(st.sampled_from(["split", "divide", "reorder", "fuse", "pos", "unroll", "parallelize"]))
+    if kind in ("split", "divide"):
+        return kind, (v, f"{v}o{n}", f"{v}n{n}", draw(st.integers(1, 9)))
+    if kind == "reorder":
+        return kind, tuple(draw(st.permutations(loops))[: draw(st.integers(2, max(2, len(loops))))])
+    if kind == "fuse":
+        return kind, (v, draw(st.sampled_from(loops)), f"f{n}")
+    if kind == "pos":
+        accs = sorted({str(a) for a in _accesses(prog)})
+        return kind, (v, f"{v}p{n}", draw(st.sampled_from(accs)))
+    if kind == "unroll":
+        return kind, (v, draw(st.integers(1, 4)))
+    return kind, (v, draw(st.sampled_from(UNITS)), draw(st.sampled_from(RACES)))
+
+
+def _walk_loops(s):
+    from coiter.concrete.stmt import Forall, walk_stmts
+
+    return [x for x in walk_stmts(s) if isinstance(x, Forall)]
+
+
+def _accesses(prog):
+    from coiter.concrete.stmt import Assign, walk_stmts
+    from coiter.notation.ast import accesses
+
+    return [a for s in walk_stmts(prog.stmt) if isinstance(s, Assign) for a in accesses(s.rhs)
+            if prog.tensors[a.tensor].role == "input"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), name=st.sampled_from(sorted(KERNELS)), seed=st.integers(0, 2**31 - 1))
+def test_schedule_fuzzing(data, name: str, seed: int) -> None:
+    expr, formats = KERNELS[name]
+    kernel = coiter.compile(expr, formats=formats)
+    prog = kernel.concrete
+    for _ in range(data.draw(st.integers(1, 5))):
+        kind, args = data.draw(_commands(prog))
+        try:
+            prog = getattr(prog, kind)(*args)
+        except ScheduleError:
+            continue  # an illegal command is refused with a reason; keep the legal prefix
+    assume(prog.commands)
+    scheduled = coiter.compile(expr, formats=formats, schedule=prog)
+    operands, reference = _operands(name, np.random.default_rng(seed))
+    try:
+        got = scheduled(threads=2, **operands)
+    except ScheduleError:
+        assume(False)  # a precondition only the lowering can see (e.g. a while loop in parallel)
+    np.testing.assert_allclose(got.to_numpy(), reference(), rtol=1e-10, atol=1e-12,
+                               err_msg=f"{expr} with {', '.join(map(str, prog.commands))}")
