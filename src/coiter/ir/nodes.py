@@ -118,6 +118,7 @@ class For(IRStmt):
     body: Block
     pragma: str | None = None
     unroll: int = 0  # ask the C compiler to unroll by this factor (serial loops; 0: its choice)
+    unit: str = ""  # GPU unit the CUDA back end maps this loop to (GPUBlock, GPUWarp, GPUThread)
 
 
 @dataclass(frozen=True)

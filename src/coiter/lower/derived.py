@@ -27,7 +27,7 @@ from ..concrete.stmt import Forall, Stmt
 from ..errors import ScheduleError
 from ..formats.levels.base import ParentPos
 from ..ir.nodes import (
-    Assign as IRAssign, Bin, Break, Const, Decl, For, If, IRExpr, IRStmt, Min, Var, While,
+    Assign as IRAssign, Bin, Break, Const, Decl, If, IRExpr, IRStmt, Min, Var, While,
     add, block, lt, mul,
 )
 from ..notation.ast import Access, IndexVar
@@ -153,8 +153,7 @@ class DerivedLoops:
         inner, stmts = self._recover_up(v, inner, before, lo, tagged)
         body += stmts
         body += self._derived_body(f.body, inner)
-        pragma = self._loop_pragma(f, scope, body)
-        return before + [For(vname, "int64_t", lo, hi, block(body), pragma, f.unroll)]
+        return before + [self._for(f, vname, lo, hi, body, scope)]
 
     def _walked(self, s: Stmt, u: IndexVar, scope) -> bool:
         """Whether some operand in ``s`` iterates ``u`` sparsely (cannot locate it)."""

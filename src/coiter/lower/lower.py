@@ -46,6 +46,7 @@ C_KEYWORDS = frozenset(
 )
 
 MODES = ("fused", "assemble", "compute")
+TARGETS = ("c", "cuda")
 
 # Rows vary in cost (sparse rows): threads take chunks of rows as they finish; chunks are
 # large because a row of a sparse matrix is little work.
@@ -289,11 +290,14 @@ class Lowerer(DerivedLoops):
 
     def __init__(
         self, prog: ConcreteProgram, index_types: Mapping[str, np.dtype], mode: str,
-        name: str = "kernel",
+        name: str = "kernel", target: str = "c",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}")
         self.prog = prog
+        self.target = target
         self.decls: Mapping[str, TensorDecl] = prog.tensors
         self.mode = mode
         self.name = name
@@ -677,8 +681,7 @@ class Lowerer(DerivedLoops):
         if lattice.points == (frozenset(),):
             end, inner = self._split_bound(v, extent, scope)
             body = self._case(f.body, inner, v, Var(vname), lattice, frozenset(), {}, bottoms)
-            out.append(For(vname, "int64_t", lo, end, block(body), self._loop_pragma(f, scope, body),
-                           f.unroll))
+            out.append(self._for(f, vname, lo, end, body, scope))
         elif single and len(iters) == 1 and self._unique_iter(iters[0]):
             it = iters[0]
             p, _ = self._iter_names(it)
@@ -689,8 +692,7 @@ class Lowerer(DerivedLoops):
             else:
                 # fused entries may repeat a coordinate: only a unique level's loop is race-free
                 distinct = it not in self.fused or f.unit != "NotParallel"
-                pragma = self._loop_pragma(f, scope, body) if distinct else None
-                out.append(For(p, "int64_t", begin, end, block(body), pragma, f.unroll))
+                out.append(self._for(f, p, begin, end, body, scope, distinct))
         else:
             if f.unit != "NotParallel":
                 raise ScheduleError(
@@ -718,6 +720,14 @@ class Lowerer(DerivedLoops):
                                           Var(begins[g.head]), Var(g.counter))
         return out
 
+    def _for(self, f: Forall, var: str, lo: IRExpr, hi: IRExpr, body: list[IRStmt], scope: Scope,
+             parallel: bool = True) -> For:
+        """The loop of ``f`` over ``var`` in ``[lo, hi)``: its OpenMP pragma (unless it may
+        not run in parallel), unroll factor, and GPU unit for the CUDA back end."""
+        pragma = self._loop_pragma(f, scope, body) if parallel else None
+        unit = f.unit if f.unit.startswith("GPU") else ""
+        return For(var, "int64_t", lo, hi, block(body), pragma, f.unroll, unit)
+
     def _loop_pragma(self, f: Forall, scope: Scope, body: list[IRStmt]) -> str | None:
         """The OpenMP pragma for the loop of ``f``: its schedule's parallel unit and race
         strategy, or the default (parallel outermost loop when race-free)."""
@@ -726,8 +736,10 @@ class Lowerer(DerivedLoops):
                 return None
             return _unless_returns(f"omp parallel for schedule({DEFAULT_CHUNKING}) {NUM_THREADS}", body)
         if f.unit.startswith("GPU"):
-            raise ScheduleError(f"parallelize({f.var}, {f.unit}): GPU units need the CUDA back end; "
-                                "the C back end runs CPUThread and CPUVector")
+            if self.target != "cuda":
+                raise ScheduleError(f"parallelize({f.var}, {f.unit}): GPU units need the CUDA back "
+                                    "end; the C back end runs CPUThread and CPUVector")
+            return None  # mapped to the grid by the CUDA back end (For.unit)
         clauses = []
         if f.race in ("Temporary", "ParallelReduction"):
             for r in races(self.prov, f, self.decls):
@@ -1225,6 +1237,7 @@ class Lowerer(DerivedLoops):
 
 
 def lower(prog: ConcreteProgram, index_types: Mapping[str, np.dtype], mode: str = "fused",
-          name: str = "kernel") -> KernelIR:
-    """Lower a concrete program to one IR function for the given index types and mode."""
-    return Lowerer(prog, index_types, mode, name).build()
+          name: str = "kernel", target: str = "c") -> KernelIR:
+    """Lower a concrete program to one IR function for the given index types and mode;
+    ``target`` "cuda" keeps GPU-tagged loops (``For.unit``) for the CUDA back end."""
+    return Lowerer(prog, index_types, mode, name, target).build()
