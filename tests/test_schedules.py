@@ -246,6 +246,33 @@ def test_threads_argument() -> None:
         k(A=A, x=x, threads=0)
 
 
+# ---------------------------------------------------------------- parallel assembly
+
+
+@pytest.mark.parametrize("schedule", [None, "parallelize(i,CPUThread,NoRaces)"])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_parallel_assembly_of_csr_results(schedule, threads: int) -> None:
+    """SpGEMM (with its row workspace) and SpAdd build CSR rows in per-thread buffers."""
+    A, B = _csr(300, 200, 0.04, 15), _csr(200, 260, 0.04, 16)
+    k = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       schedule=schedule)
+    assert "#pragma omp parallel num_threads(coiter_nt)" in k.source
+    C = k(A=A, B=B, threads=threads).to_scipy()
+    assert C.has_sorted_indices
+    np.testing.assert_allclose(C.toarray(), (A @ B).toarray(), rtol=1e-12)
+    A2 = _csr(300, 200, 0.04, 17)
+    k = coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       schedule=schedule)
+    np.testing.assert_allclose(k(A=A, B=A2, threads=threads).to_scipy().toarray(), (A + A2).toarray())
+
+
+def test_parallel_assembly_with_empty_blocks_of_rows() -> None:
+    """More threads than rows, and empty rows: every part may be empty."""
+    A = sp.csr_array(np.diag([0.0, 2.0, 0.0]))
+    k = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
+    np.testing.assert_allclose(k(A=A, B=A, threads=8).to_numpy(), (A @ A).toarray())
+
+
 # ---------------------------------------------------------------- preconditions
 
 
@@ -281,7 +308,7 @@ def test_errors_found_when_lowering() -> None:
     with pytest.raises(ScheduleError, match="while loop"):
         k(A=A, B=A)
     with pytest.raises(ScheduleError, match="append to the sparse result C"):
-        coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+        coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "dcsr"},
                        schedule="parallelize(i,CPUThread,NoRaces)")
 
 

@@ -5,7 +5,7 @@ import math
 from functools import singledispatch
 
 from ..ir.nodes import (
-    Assign, Bin, Block, Break, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function, If, IRExpr,
+    Assign, Bin, Block, Break, Call, Goto, Label, Region, Cast, Comment, Const, Decl, ExprStmt, For, Function, If, IRExpr,
     IRStmt, Load, Max, Min, Param, Pragma, Return, Select, Un, Var, While,
 )
 
@@ -35,9 +35,28 @@ static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{
   return q;
 }}
 
-static int coiter_cmp_index(const void* a, const void* b) {{
-  int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
-  return (x > y) - (x < y);
+/* sort coordinates ascending: quicksort (median of three, no comparison callback, the
+   smaller side recursed) finishing short ranges by insertion sort */
+static void coiter_qsort_index(int64_t* a, int64_t n) {{
+  while (n > 16) {{
+    int64_t x = a[0], y = a[n / 2], z = a[n - 1];
+    int64_t p = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+    int64_t i = 0, j = n - 1;
+    for (;;) {{
+      while (a[i] < p) i++;
+      while (a[j] > p) j--;
+      if (i >= j) break;
+      int64_t t = a[i]; a[i] = a[j]; a[j] = t;
+      i++; j--;
+    }}
+    if (j + 1 < n - j - 1) {{ coiter_qsort_index(a, j + 1); a += j + 1; n -= j + 1; }}
+    else {{ coiter_qsort_index(a + j + 1, n - j - 1); n = j + 1; }}
+  }}
+  for (int64_t i = 1; i < n; i++) {{
+    int64_t v = a[i], j = i - 1;
+    while (j >= 0 && a[j] > v) {{ a[j + 1] = a[j]; j--; }}
+    a[j + 1] = v;
+  }}
 }}
 
 /* order a workspace's coordinate list: comparison sort for few entries, otherwise a
@@ -47,7 +66,7 @@ static void coiter_sort_index(int64_t* a, int64_t n, const uint8_t* set, int64_t
   int64_t lg = 0;
   while ((INT64_C(1) << lg) < n) lg++;
   if (n * lg < dim) {{
-    qsort(a, (size_t)n, sizeof(int64_t), coiter_cmp_index);
+    coiter_qsort_index(a, n);
     return;
   }}
   int64_t k = 0;
@@ -257,6 +276,21 @@ def _(s: If, ind: str) -> list[str]:
 @stmt.register
 def _(s: Break, ind: str) -> list[str]:
     return [f"{ind}break;"]
+
+
+@stmt.register
+def _(s: Region, ind: str) -> list[str]:
+    return [f"{ind}#pragma {s.pragma}", f"{ind}{{", *_block(s.body, ind + "  "), f"{ind}}}"]
+
+
+@stmt.register
+def _(s: Goto, ind: str) -> list[str]:
+    return [f"{ind}goto {s.label};"]
+
+
+@stmt.register
+def _(s: Label, ind: str) -> list[str]:
+    return [f"{ind}{s.name}:;"]
 
 
 @stmt.register

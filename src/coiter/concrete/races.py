@@ -52,6 +52,25 @@ class Race:
         return f"{self.access} {'+=' if self.accumulate else '='}"
 
 
+def row_assembly(loop: Forall, decls: Mapping[str, TensorDecl]) -> bool:
+    """Whether ``loop`` walks the rows of a CSR-like result (a dense first level over the
+    loop's variable, then one compressed level and branchless ones): its iterations can
+    assemble rows in parallel into per-thread buffers merged afterwards."""
+    writes = [s.lhs for s in walk_stmts(loop.body) if isinstance(s, Assign)
+              and decls[s.lhs.tensor].role == "result"]
+    if not writes:
+        return False
+    decl = decls[writes[0].tensor]
+    levels = decl.format.levels
+    if decl.order < 2 or decl.format.layout is not None:
+        return False
+    if not (levels[0].full and levels[0].has_insert and levels[1].has_append and not levels[1].branchless):
+        return False
+    if not all(lv.has_append and lv.branchless for lv in levels[2:]):
+        return False
+    return all(a.indices[decl.format.ordering[0]] == loop.var for a in writes)
+
+
 def _produced_inside(body: Stmt) -> set[str]:
     """Temporaries whose ``where`` lies inside ``body`` (private to one iteration)."""
     out: set[str] = set()

@@ -18,7 +18,7 @@ from ..errors import ScheduleError
 from ..formats.format import dense
 from ..notation.ast import Access, Add, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses
 from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Provenance, Split
-from .races import races
+from .races import races, row_assembly
 from .stmt import (
     PARALLEL_UNITS, RACE_STRATEGIES, Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt,
     TensorDecl, Where, walk_stmts,
@@ -453,12 +453,18 @@ def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why
     """The race strategy's preconditions for running ``loop`` in parallel."""
     if unit == "NotParallel":
         return
+    # rows of a CSR-like result are assembled into per-thread buffers (workspaces too)
+    rows = unit == "CPUThread" and prov.defining(loop.var) is None and row_assembly(loop, decls)
     for s in walk_stmts(loop.body):
         decl = decls[s.lhs.tensor] if isinstance(s, Assign) else None
-        if decl is not None and decl.role == "result" and not all(lv.has_insert for lv in decl.format.levels):
+        if decl is not None and decl.role == "result" and not rows and \
+                not all(lv.has_insert for lv in decl.format.levels):
             raise ScheduleError(f"{why}: iterations would append to the sparse result "
-                                f"{decl.name} ({decl.format}) concurrently")
+                                f"{decl.name} ({decl.format}) concurrently; only the rows of a "
+                                "CSR-like result can be assembled in parallel")
     for r in races(prov, loop, decls):
+        if r.role == "workspace" and rows:
+            continue
         if r.role == "workspace":
             raise ScheduleError(f"{why}: the workspace {r.access.tensor} is shared by all iterations")
         if race == "NoRaces":

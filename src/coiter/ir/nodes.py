@@ -148,6 +148,24 @@ class Pragma(IRStmt):
 
 
 @dataclass(frozen=True)
+class Region(IRStmt):
+    """``#pragma text`` over a block: an OpenMP parallel region."""
+
+    pragma: str
+    body: Block
+
+
+@dataclass(frozen=True)
+class Goto(IRStmt):
+    label: str
+
+
+@dataclass(frozen=True)
+class Label(IRStmt):
+    name: str
+
+
+@dataclass(frozen=True)
 class Comment(IRStmt):
     text: str
 

@@ -36,6 +36,7 @@ from ..lattice.lattice import Iter, Lattice, Point, build_lattice, locate_where_
 from ..notation.ast import (
     Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
 )
+from .assembly import ParallelAssembly
 from .derived import DerivedLoops
 from .types import c_index_type, c_value_type
 
@@ -285,7 +286,7 @@ def _stmt_accesses(s: Stmt) -> list[Access]:
 # ------------------------------------------------------------------ the lowerer
 
 
-class Lowerer(DerivedLoops):
+class Lowerer(DerivedLoops, ParallelAssembly):
     """Builds one kernel function from a concrete program (single use)."""
 
     def __init__(
@@ -605,6 +606,8 @@ class Lowerer(DerivedLoops):
         return out
 
     def lower_forall(self, f: Forall, scope: Scope) -> list[IRStmt]:
+        if f is self.region:
+            return self.lower_region(f, scope)
         rel = self.prov.defining(f.var)
         if rel is not None and not (isinstance(rel, Split) and rel.layout):
             return self._with_atomics(f, lambda: self.lower_derived(f, scope))
@@ -1121,11 +1124,13 @@ class Lowerer(DerivedLoops):
                             level = decl.format.levels[k]
                             self.extent.setdefault(self.level_var(a, k),
                                                    level.dimension(self.names(a.tensor, k)))
+        # rows assembled in parallel: each thread allocates its own workspaces and buffers
+        self.region = self.region_loop()
         for name, decl in self.decls.items():
-            if decl.role == "workspace":
+            if decl.role == "workspace" and self.region is None:
                 prologue += self._workspace_alloc(name, decl)
         if self.result_allocated and self.mode != "compute":
-            prologue += self._result_alloc()
+            prologue += self._result_alloc(buffers=self.region is None)
         for g in self.groups:
             prologue.append(Decl("int64_t", g.counter, Const(0)))
         prologue += self._bound_checks()
@@ -1138,11 +1143,8 @@ class Lowerer(DerivedLoops):
         out_arrays: list[tuple[int, str]] = []
         if self.result_allocated and self.mode != "compute":
             epilogue, out_arrays = self._result_finish()
-        for name, decl in self.decls.items():
-            if decl.role == "workspace":
-                names = LevelNames(self.cn[name], 1)
-                for arr in (self.vals(name), names.array("set"), names.array("list")):
-                    epilogue.append(ExprStmt(Call("free", (Var(arr),))))
+        if self.region is None:
+            epilogue += self._workspace_frees()
         fn = Function(self.name, tuple(cparams),
                       block(prologue, body, epilogue, Return(Const(0))))
         return KernelIR(fn, tuple(params), self.mode, self.result, self.result_allocated,
@@ -1156,6 +1158,15 @@ class Lowerer(DerivedLoops):
             if isinstance(rel, Bound) and rel.var in self.extent:
                 holds = Bin(ops[rel.kind], self.extent[rel.var], Const(rel.value))
                 out.append(If(Un("!", holds), block(Return(Const(BOUND_ERROR)))))
+        return out
+
+    def _workspace_frees(self) -> list[IRStmt]:
+        out: list[IRStmt] = []
+        for name, decl in self.decls.items():
+            if decl.role == "workspace":
+                names = LevelNames(self.cn[name], 1)
+                for arr in (self.vals(name), names.array("set"), names.array("list")):
+                    out.append(ExprStmt(Call("free", (Var(arr),))))
         return out
 
     def _workspace_alloc(self, name: str, decl: TensorDecl) -> list[IRStmt]:
@@ -1173,8 +1184,10 @@ class Lowerer(DerivedLoops):
         out.append(Decl("int64_t", names.dimension.name, n))
         return out
 
-    def _result_alloc(self) -> list[IRStmt]:
-        """Allocate every result array; appendable groups start at the capacity hint."""
+    def _result_alloc(self, buffers: bool = True) -> list[IRStmt]:
+        """Allocate every result array; appendable groups start at the capacity hint.
+        Without ``buffers`` only parent arrays (``pos``) are allocated: the arrays that
+        grow with the entries come from the parallel region's merge."""
         out: list[IRStmt] = [Comment("allocate the result")]
         fmt = self.fmt(self.result)
         itype = self.itype[self.result]
@@ -1193,12 +1206,17 @@ class Lowerer(DerivedLoops):
                               [(a, Var(g.cap)) for a in level.position_arrays]:
                     name = self.names(self.result, m).array(arr)
                     self.used.add(name)
+                    if not buffers and arr in level.position_arrays:
+                        out.append(Decl(f"{itype}*", name, Const(0)))
+                        continue
                     out.append(Decl(f"{itype}*", name, Cast(f"{itype}*", Call(
                         "calloc", (n, Call("sizeof", (Var(itype),)))))))
                     out.append(If(Un("!", Var(name)), block(Return(Const(1)))))
             size = Var(g.cap)
             k = g.members[-1] + 1
-        if self.mode != "assemble":
+        if self.mode != "assemble" and not buffers:
+            out.append(Decl(f"{self.vtype[self.result]}*", self.vals(self.result), Const(0)))
+        elif self.mode != "assemble":
             vt = self.vtype[self.result]
             out.append(Decl(f"{vt}*", self.vals(self.result), Cast(f"{vt}*", Call(
                 "calloc", (Call("COITER_MAX", (size, Const(1))), Call("sizeof", (Var(vt),)))))))
