@@ -16,7 +16,7 @@ from .runtime.kernel import Kernel
 from .tensor import Tensor
 
 AssignmentLike = str | Assignment
-ScheduleLike = str | Sequence[Command] | ConcreteProgram | None
+ScheduleLike = str | Sequence[Command] | ConcreteProgram | None  # or "auto"
 
 _kernels: dict[tuple, Kernel] = {}
 
@@ -68,6 +68,7 @@ def compile(
     formats: Mapping[str, FormatLike] | None = None,
     dtype: Any = None,
     schedule: ScheduleLike = None,
+    target: str = "c",
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
@@ -76,6 +77,9 @@ def compile(
     TACO's command string (``"split(i,i0,i1,16),parallelize(i0,CPUThread,NoRaces)"``),
     a sequence of commands, or a concrete program transformed through its chained
     methods (``kernel.concrete.split(...).parallelize(...)``); it is checked here.
+    ``schedule="auto"`` searches the autoscheduler's templates on the operands of the
+    first call of each size class and caches the fastest on disk.
+    ``target="cuda"`` compiles a GPU schedule with nvcc (docs/scheduling.md, "CUDA").
     """
     a, aliases = _prepare(_as_assignment(assignment))
     formats = dict(formats or {})
@@ -91,7 +95,10 @@ def compile(
         from .errors import FormatError
 
         raise FormatError(f"formats given for tensors not in the expression: {sorted(unknown)}")
-    kernel = Kernel(a, fmts, np.dtype(dtype or np.float64), aliases, _commands(schedule))
+    commands = "auto" if schedule == "auto" else _commands(schedule)
+    if target not in ("c", "cuda"):
+        raise ValueError(f"target must be 'c' or 'cuda', got {target!r}")
+    kernel = Kernel(a, fmts, np.dtype(dtype or np.float64), aliases, commands, target)
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel

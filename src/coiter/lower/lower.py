@@ -737,7 +737,9 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         if f.unit == "NotParallel":
             if self.explicit_parallel or not self._parallel(f, scope):
                 return None
-            return _unless_returns(f"omp parallel for schedule({DEFAULT_CHUNKING}) {NUM_THREADS}", body)
+            # a derived outer loop (blocks of a split) has few, large iterations
+            chunking = DEFAULT_CHUNKING if self.prov.defining(f.var) is None else "dynamic, 1"
+            return _unless_returns(f"omp parallel for schedule({chunking}) {NUM_THREADS}", body)
         if f.unit.startswith("GPU"):
             if self.target != "cuda":
                 raise ScheduleError(f"parallelize({f.var}, {f.unit}): GPU units need the CUDA back "

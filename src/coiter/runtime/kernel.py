@@ -20,10 +20,13 @@ from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
 from ..lower.lower import BOUND_ERROR, KernelIR, ParamSpec, lower
+from ..codegen import cuda
 from ..codegen.c import module
 from ..notation.ast import Assignment, Div, Literal, accesses, walk
 from ..notation.reductions import insert_reductions
+from .autotune import AutoTuner
 from .compiler import load_library
+from .cuda import load_cuda_library
 
 _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
@@ -33,6 +36,7 @@ _ERRORS = {
     1: "out of memory while assembling the result",
     2: "result index overflow",
     BOUND_ERROR: "the operands' sizes break a bound() promise of the schedule",
+    cuda.CUDA_ERROR: "a CUDA runtime call failed (the message is on stderr)",
 }
 
 
@@ -56,9 +60,17 @@ class Kernel:
         formats: Mapping[str, Format],
         dtype: np.dtype = np.dtype(np.float64),
         aliases: Mapping[str, str] | None = None,
-        schedule: tuple[Command, ...] = (),
+        schedule: tuple[Command, ...] | str = (),
+        target: str = "c",
     ) -> None:
         self.assignment = assignment
+        self.target = target  # "c" or "cuda": the back end of every variant
+        # "auto": searched per operand size class by the autotuner, else fixed commands
+        self.tuner: AutoTuner | None = None
+        if schedule == "auto":
+            keys = ";".join(f"{n}={f.to_string()}" for n, f in sorted(formats.items()))
+            self.tuner = AutoTuner(f"{assignment}|{keys}")
+            schedule = ()
         self.schedule = tuple(schedule)
         # operand names bound to another keyword (the old value of an updated result)
         self.aliases = dict(aliases or {})
@@ -84,7 +96,7 @@ class Kernel:
 
     @property
     def source(self) -> str:
-        """Generated C for the default value type and int32 indices."""
+        """Generated C (CUDA for target "cuda") for the default value type and int32 indices."""
         prog = self.concrete
         itypes = {n: np.dtype(np.int32) for n in prog.tensors}
         return self._variant(prog, itypes, "fused").source
@@ -100,14 +112,16 @@ class Kernel:
             rt = np.dtype(np.complex128) if rt.kind == "c" else np.dtype(np.float64)
         return np.dtype(rt)
 
-    def _program(self, dtypes: Mapping[str, np.dtype]) -> ConcreteProgram:
-        key = frozenset(dtypes.items())
+    def _program(self, dtypes: Mapping[str, np.dtype],
+                 commands: tuple[Command, ...] | None = None) -> ConcreteProgram:
+        commands = self.schedule if commands is None else commands
+        key = (frozenset(dtypes.items()), commands)
         prog = self._programs.get(key)
         if prog is None:
             rt = self.result_dtype(dtypes)
             all_dtypes = {**dtypes, self.result: rt}
             prog = concretize(insert_reductions(self.assignment), self.formats, all_dtypes, rt)
-            for command in self.schedule:
+            for command in commands:
                 prog = apply_command(prog, command)
             self._programs[key] = prog
         return prog
@@ -116,10 +130,16 @@ class Kernel:
         key = (id(prog), frozenset(itypes.items()), mode)
         var = self._variants.get(key)
         if var is None:
-            ir = lower(prog, itypes, mode, name=f"coiter_{mode}")
+            ir = lower(prog, itypes, mode, name=f"coiter_{mode}", target=self.target)
             rit = itypes[prog.result]
-            source = module([ir.function], "INT32_MAX" if rit == np.int32 else "INT64_MAX")
-            lib = load_library(source)
+            index_max = "INT32_MAX" if rit == np.int32 else "INT64_MAX"
+            if self.target == "cuda":
+                formats = {n: d.format for n, d in prog.tensors.items()}
+                source = cuda.module(ir, formats, index_max)
+                lib = load_cuda_library(source)
+            else:
+                source = module([ir.function], index_max)
+                lib = load_library(source)
             fn = getattr(lib, ir.function.name)
             fn.argtypes = [_ctype_of(p) for p in ir.params]
             fn.restype = ctypes.c_int
@@ -151,7 +171,8 @@ class Kernel:
         return self._run("compute", operands, pattern)
 
     def _run(self, mode: str, operands: Mapping[str, Any], pattern: Any = None,
-             result_shape: tuple[int, ...] | None = None, threads: int | None = None) -> Any:
+             result_shape: tuple[int, ...] | None = None, threads: int | None = None,
+             commands: tuple[Command, ...] | None = None) -> Any:
         from ..operands import as_tensor
         from ..tensor import Tensor
 
@@ -173,7 +194,11 @@ class Kernel:
             if fmt is not None and t.format != fmt:
                 t = t.asformat(fmt)
             tensors[name] = t
-        prog = self._program({n: t.dtype for n, t in tensors.items()})
+        dtypes = {n: t.dtype for n, t in tensors.items()}
+        if commands is None and self.tuner is not None and mode == "fused":
+            commands = self.tuner.schedule(self._program(dtypes, ()), tensors, lambda c: self._run(
+                mode, operands, pattern, result_shape, threads, commands=c))
+        prog = self._program(dtypes, commands)
         if mode != "fused" and prog.result_conversion is not None:
             # the kernel builds another format and converts, which keeps no explicit zeros
             raise FormatError(

@@ -1,0 +1,111 @@
+"""The heuristic autoscheduler (Senanayake et al. 2020, §6): schedule templates.
+
+Two stages, as in the paper, with its CPU pruning rules:
+
+1. *partition* — no split; a coordinate split of the outermost loop (never of a
+   compressed dimension); or, when the loop below it walks a sparse operand, a
+   collapse of the two into that operand's position space, always split (static
+   load balance). No double splits.
+2. *order and parallelize* — only the outermost loop runs on threads (the split's
+   outer piece), with the cheapest race strategy that is legal: NoRaces, else
+   Atomics; sparse tensors are never iterated out of order (reorders that would are
+   refused by the transformations' own preconditions).
+
+A template leaves its sizes open; :func:`templates` instantiates each with a few
+sizes. Invalid instances are pruned by applying them: every command checks its
+preconditions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ScheduleError
+from .schedule import Command, apply, parse_commands
+from .stmt import Assign, ConcreteProgram, Forall, Where, walk_stmts
+
+SPLIT_SIZES = (16, 256)
+POS_SIZES = (512, 4096)
+CHUNKINGS = ("dynamic,1", "static")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One instantiated template: its commands and the program they give."""
+
+    commands: tuple[Command, ...]
+    program: ConcreteProgram
+
+    def __str__(self) -> str:
+        return ",".join(str(c) for c in self.commands) or "default"
+
+
+def _nested(f: Forall) -> Forall | None:
+    """The loop directly inside ``f`` (through the consumer or producer of a where)."""
+    body = f.body
+    if isinstance(body, Forall):
+        return body
+    if isinstance(body, Where) and isinstance(body.producer, Forall):
+        return body.producer
+    return None
+
+
+def _sparse_operand(prog: ConcreteProgram, i, j) -> str | None:
+    """An input access whose first two storage levels are ``i`` then a walked ``j``."""
+    for s in walk_stmts(prog.stmt):
+        if not isinstance(s, Assign):
+            continue
+        from ..notation.ast import accesses
+
+        for a in accesses(s.rhs):
+            decl = prog.tensors[a.tensor]
+            fmt = decl.format
+            if decl.role != "input" or fmt.order < 2 or fmt.layout is not None:
+                continue
+            if a.indices[fmt.ordering[0]] == i and a.indices[fmt.ordering[1]] == j \
+                    and fmt.levels[1].has_pos_iter and not fmt.levels[1].full:
+                return str(a)
+    return None
+
+
+def _spellings(prog: ConcreteProgram) -> list[str]:
+    f = prog.stmt
+    if not isinstance(f, Forall):
+        return []
+    i = f.var.name
+    out = []
+    for race in ("NoRaces", "Atomics"):
+        for b in SPLIT_SIZES:
+            for chunk in CHUNKINGS:
+                out.append(f"split({i},{i}0,{i}1,{b}),parallelize({i}0,CPUThread,{race},{chunk})")
+    inner = _nested(f)
+    access = _sparse_operand(prog, f.var, inner.var) if inner is not None else None
+    if access is not None:
+        j = inner.var.name
+        for race in ("NoRaces", "Atomics"):
+            for b in POS_SIZES:
+                out.append(f"fuse({i},{j},coiter_f),pos(coiter_f,coiter_fp,{access}),"
+                           f"split(coiter_fp,coiter_fp0,coiter_fp1,{b}),"
+                           f"parallelize(coiter_fp0,CPUThread,{race},static)")
+    return out
+
+
+def templates(prog: ConcreteProgram) -> list[Candidate]:
+    """The default schedule and every legal instance of the CPU templates for ``prog``.
+
+    Where NoRaces is legal the Atomics variant is redundant and dropped."""
+    out = [Candidate((), prog)]
+    seen: set[str] = set()
+    for text in _spellings(prog):
+        key = text.replace("Atomics", "NoRaces")
+        if key in seen:
+            continue
+        commands = parse_commands(text)
+        try:
+            p = prog
+            for c in commands:
+                p = apply(p, c)
+        except ScheduleError:
+            continue
+        seen.add(key)
+        out.append(Candidate(commands, p))
+    return out

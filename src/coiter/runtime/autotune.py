@@ -1,0 +1,121 @@
+"""``schedule="auto"``: search the autoscheduler's templates on the actual operands.
+
+The winner is cached per (expression, formats, value types, size class) in memory and
+on disk (``autotune.json`` in the kernel cache directory), so later calls, and later
+processes, on operands of the same size class reuse it without searching. Every
+candidate's result is checked against the default schedule's before its time counts.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..concrete.autoschedule import templates
+from ..concrete.schedule import Command, parse_commands
+from ..concrete.stmt import ConcreteProgram
+from .compiler import cache_dir
+
+REPEAT = 3
+# results may differ in the last bits: atomics and reductions reorder sums
+RTOL, ATOL = 1e-9, 1e-12
+
+
+def size_class(tensors: Mapping[str, Any]) -> str:
+    """Operand sizes rounded to powers of two: schedules tuned on one input carry over
+    to inputs of about the same size."""
+    parts = []
+    for name in sorted(tensors):
+        t = tensors[name]
+        nnz = getattr(t, "nnz", 0)
+        parts.append(f"{name}:{'x'.join(str(round(math.log2(d + 1))) for d in t.shape)}:{round(math.log2(nnz + 1))}")
+    return ",".join(parts)
+
+
+def _store() -> Path:
+    return cache_dir() / "autotune.json"
+
+
+def _load() -> dict[str, str]:
+    try:
+        return json.loads(_store().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(key: str, value: str) -> None:
+    """Add one winner to the store (written whole and renamed, so readers never see half)."""
+    data = _load()
+    data[key] = value
+    path = _store()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a.shape != b.shape:
+        return False
+    ca, va = a.storage.to_coords()
+    cb, vb = b.storage.to_coords()
+    keep_a, keep_b = va != 0, vb != 0  # explicit zeros do not count
+    order_a = np.lexsort(ca[:, keep_a][::-1]) if ca.size else np.zeros(0, np.int64)
+    order_b = np.lexsort(cb[:, keep_b][::-1]) if cb.size else np.zeros(0, np.int64)
+    xa, xb = ca[:, keep_a][:, order_a], cb[:, keep_b][:, order_b]
+    return xa.shape == xb.shape and bool(np.array_equal(xa, xb)) and \
+        bool(np.allclose(va[keep_a][order_a], vb[keep_b][order_b], rtol=RTOL, atol=ATOL))
+
+
+def _time(run: Callable[[], Any]) -> float:
+    times = []
+    for _ in range(REPEAT):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    return median(times)
+
+
+class AutoTuner:
+    """Chooses and remembers schedules for one kernel."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.winners: dict[str, tuple[Command, ...]] = {}
+        self.trials: dict[str, list[tuple[str, float]]] = {}  # size class -> (schedule, seconds)
+
+    def schedule(self, prog: ConcreteProgram, tensors: Mapping[str, Any],
+                 run: Callable[[tuple[Command, ...]], Any]) -> tuple[Command, ...]:
+        """The best commands for ``tensors``' size class; ``run(commands)`` computes the
+        kernel with a schedule. Searches only on the first call per size class."""
+        cls = size_class(tensors)
+        if cls in self.winners:
+            return self.winners[cls]
+        stored = _load().get(f"{self.key}|{cls}")
+        if stored is not None:
+            self.winners[cls] = parse_commands(stored) if stored else ()
+            return self.winners[cls]
+        candidates = templates(prog)
+        reference = run(())
+        trials: list[tuple[str, float]] = []
+        best: tuple[float, tuple[Command, ...]] = (math.inf, ())
+        for cand in candidates:
+            out = run(cand.commands)
+            if not _same(out, reference):
+                continue  # never pick a schedule whose result differs
+            seconds = _time(lambda: run(cand.commands))
+            trials.append((str(cand), seconds))
+            if seconds < best[0]:
+                best = (seconds, cand.commands)
+        self.trials[cls] = trials
+        self.winners[cls] = best[1]
+        _save(f"{self.key}|{cls}", ",".join(str(c) for c in best[1]))
+        return best[1]
