@@ -3,7 +3,9 @@ SuiteSparse:GraphBLAS at the same thread count, on ../shared/data.
 
     python benchmarks/schedules.py [--repeat N] [--data DIR] [--quick]
 
-Each thread count runs in its own process with OMP_NUM_THREADS / MKL_NUM_THREADS set
+"coiter auto" is ``schedule="auto"``: its first call (the search, not timed here) tunes
+on that input at that thread count, in a private autotune store. Each thread count
+runs in its own process with OMP_NUM_THREADS / MKL_NUM_THREADS set
 before any runtime loads (coiter kernels also get ``threads=``). Every time is the
 median of N calls after warm-up, and every result is checked against scipy/NumPy
 before it counts. Benchmarks are not tests: nothing here asserts a time.
@@ -14,6 +16,7 @@ import argparse
 import json
 import os
 import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -82,6 +85,7 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
 
     spmv = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
     spmv_rows = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=SPMV_ROWS)
+    spmv_auto = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="auto")
     spmm = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"})
     spmm_s = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, schedule=SPMM)
     sddmm = coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"A": "csr", "B": "csr"})
@@ -92,6 +96,7 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
         label = f"{name} ({A.nnz} nnz)"
         record("SpMV", label, "coiter default", lambda: spmv(A=A, x=x, threads=threads).to_numpy(), close(ref))
         record("SpMV", label, "coiter rows-split", lambda: spmv_rows(A=A, x=x, threads=threads).to_numpy(), close(ref))
+        record("SpMV", label, "coiter auto", lambda: spmv_auto(A=A, x=x, threads=threads).to_numpy(), close(ref))
         record("SpMV", label, "scipy", lambda: A @ x, close(ref))
         if dot_product_mkl:
             record("SpMV", label, "MKL", lambda: dot_product_mkl(A, x), close(ref))
@@ -114,6 +119,8 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
                lambda: sp.csr_array((A.data * np.einsum("ij,ji->i", C[r], D[:, c]), (r, c)), shape=A.shape),
                close(refs))
     spgemm = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
+    spgemm_a = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                              schedule="auto")
     spadd = coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
     for name in SMALL_MATRICES[:1] if quick else SMALL_MATRICES:
         A = load(name)
@@ -121,6 +128,7 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
         At = A.T.tocsr()
         ref = A @ A
         record("SpGEMM", label, "coiter default", lambda: spgemm(A=A, B=A, threads=threads).to_scipy(), close(ref))
+        record("SpGEMM", label, "coiter auto", lambda: spgemm_a(A=A, B=A, threads=threads).to_scipy(), close(ref))
         record("SpGEMM", label, "scipy", lambda: A @ A, close(ref))
         if dot_product_mkl:
             record("SpGEMM", label, "MKL", lambda: dot_product_mkl(A, A), close(ref))
@@ -131,6 +139,7 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
     ttv_s = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": coiter.csf(3)}, schedule=TTV)
     mttkrp = coiter.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": coiter.csf(3)})
     mttkrp_s = coiter.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": coiter.csf(3)}, schedule=MTTKRP)
+    mttkrp_a = coiter.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": coiter.csf(3)}, schedule="auto")
     tensors = [("fb15k-237", coiter.read(data / "tensors" / "fb15k-237.tns.gz"))]
     if not quick:
         n = 2_000_000  # a generated power-law tensor over 1M nonzeros
@@ -151,6 +160,7 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
         np.add.at(refk, crd[0], vals[:, None] * C[crd[1]] * D[crd[2]])
         record("MTTKRP", label, "coiter default", lambda: mttkrp(B=B, C=C, D=D, threads=threads).to_numpy(), close(refk))
         record("MTTKRP", label, "coiter scheduled", lambda: mttkrp_s(B=B, C=C, D=D, threads=threads).to_numpy(), close(refk))
+        record("MTTKRP", label, "coiter auto", lambda: mttkrp_a(B=B, C=C, D=D, threads=threads).to_numpy(), close(refk))
     return rows
 
 
@@ -165,9 +175,10 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args.data, args.repeat, args.quick)))
         return
     rows: list[dict] = []
+    store = Path(tempfile.mkdtemp(prefix="coiter-autotune-"))
     for threads in (1, 2):
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-               "OPENBLAS_NUM_THREADS": str(threads)}
+               "OPENBLAS_NUM_THREADS": str(threads), "COITER_AUTOTUNE_FILE": str(store / f"{threads}.json")}
         cmd = [sys.executable, __file__, "--worker", str(threads), "--data", str(args.data),
                "--repeat", str(args.repeat)] + (["--quick"] if args.quick else [])
         out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout

@@ -1,7 +1,7 @@
 """``schedule="auto"``: search the autoscheduler's templates on the actual operands.
 
-The winner is cached per (expression, formats, value types, size class) in memory and
-on disk (``autotune.json`` in the kernel cache directory), so later calls, and later
+The winner is cached per (expression, formats, value types, size class) in memory and on disk
+(``autotune.json`` in the kernel cache directory, or ``$COITER_AUTOTUNE_FILE``), so later calls, and later
 processes, on operands of the same size class reuse it without searching. Every
 candidate's result is checked against the default schedule's before its time counts.
 """
@@ -29,18 +29,20 @@ RTOL, ATOL = 1e-9, 1e-12
 
 
 def size_class(tensors: Mapping[str, Any]) -> str:
-    """Operand sizes rounded to powers of two: schedules tuned on one input carry over
-    to inputs of about the same size."""
+    """Operand value types and sizes rounded to powers of two: schedules tuned on one
+    input carry over to inputs of about the same size."""
     parts = []
     for name in sorted(tensors):
         t = tensors[name]
         nnz = getattr(t, "nnz", 0)
-        parts.append(f"{name}:{'x'.join(str(round(math.log2(d + 1))) for d in t.shape)}:{round(math.log2(nnz + 1))}")
+        parts.append(f"{name}:{t.dtype}:{'x'.join(str(round(math.log2(d + 1))) for d in t.shape)}:{round(math.log2(nnz + 1))}")
     return ",".join(parts)
 
 
 def _store() -> Path:
-    return cache_dir() / "autotune.json"
+    """``$COITER_AUTOTUNE_FILE``, else ``autotune.json`` in the kernel cache directory."""
+    override = os.environ.get("COITER_AUTOTUNE_FILE")
+    return Path(override) if override else cache_dir() / "autotune.json"
 
 
 def _load() -> dict[str, str]:
