@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import coiter
 from coiter.concrete.schedule import parse_commands
 from coiter.data import example_path
-from coiter.errors import KernelError, ParseError, ScheduleError
+from coiter.errors import FormatError, KernelError, ParseError, ScheduleError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 RNG = np.random.default_rng(7)
@@ -67,13 +67,21 @@ def test_spmm_schedule(threads: int) -> None:
         np.testing.assert_allclose(k(A=A, B=B, threads=threads).to_numpy(), A @ B, rtol=1e-12)
 
 
+@pytest.mark.parametrize("result", ["dd", "csr"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_sddmm_schedule(threads: int) -> None:
-    k = coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"B": "csr"}, schedule=SDDMM)
+def test_sddmm_schedule(result: str, threads: int) -> None:
+    """The CSR result shares B's pattern: the scheduled kernel writes it in place at B's
+    positions (TACO's exception for outputs equal to the input iteration space)."""
+    k = coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"B": "csr", "A": result}, schedule=SDDMM)
     for _, B in _matrices():
         C, D = RNG.random((B.shape[0], 9)), RNG.random((9, B.shape[1]))
         ref = B.multiply(C @ D).toarray()
-        np.testing.assert_allclose(k(B=B, C=C, D=D, threads=threads).to_numpy(), ref, rtol=1e-12)
+        got = k(B=B, C=C, D=D, threads=threads)
+        np.testing.assert_allclose(got.to_numpy(), ref, rtol=1e-12)
+    if result == "csr":
+        assert "A_vals[kpos] +=" in k.source
+        with pytest.raises(FormatError, match="in place"):
+            k.assemble(B=B, C=C, D=D)
 
 
 def _tensors():
@@ -313,8 +321,10 @@ def test_errors_found_when_lowering() -> None:
 
 
 def test_sparse_result_blocks_reorder_across_reduction() -> None:
+    """Without an operand sharing its pattern, a CSR result cannot take random writes."""
     with pytest.raises(ScheduleError, match="cannot"):
-        coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"B": "csr", "A": "csr"}, schedule=SDDMM)
+        coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"B": "csr", "C": "csr", "A": "csr"},
+                       schedule=SDDMM)
 
 
 def test_command_string_parse_errors() -> None:

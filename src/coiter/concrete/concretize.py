@@ -129,6 +129,32 @@ def _check_denominators(e: Expr, formats: Mapping[str, Format]) -> None:
                     )
 
 
+def _pattern_operand(a: Assignment, formats: Mapping[str, Format]) -> str | None:
+    """An operand whose stored pattern is exactly the result's iteration space: a factor
+    of the whole right-hand side with the result's indices and format, every other
+    operand dense (so the result has an entry wherever it has one)."""
+    result = formats[a.lhs.tensor]
+    if all(lv.has_insert for lv in result.levels) or result.layout is not None:
+        return None
+    factors: list[Expr] = []
+    stack: list[Expr] = [a.rhs]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Mul):
+            stack += [e.a, e.b]
+        elif isinstance(e, Reduction):  # sum(j, B * X) = B * sum(j, X) when B lacks j
+            stack.append(e.body)
+        else:
+            factors.append(e)
+    for f in factors:
+        if isinstance(f, Access) and f.indices == a.lhs.indices and formats[f.tensor] == result:
+            others = [x for x in accesses(a.rhs) if x is not f]
+            if all(x.tensor != f.tensor and all(lv.full for lv in formats[x.tensor].levels)
+                   for x in others):
+                return f.tensor
+    return None
+
+
 def concretize(
     assignment: Assignment,
     formats: Mapping[str, Format],
@@ -158,7 +184,8 @@ def concretize(
     for name, fmt in formats.items():
         role = "result" if name == lhs.tensor else "input"
         decls[name] = TensorDecl(name, fmt, np.dtype(dtypes[name]), role,
-                                 converted_from=plan.converted.get(name))
+                                 converted_from=plan.converted.get(name),
+                                 pattern_of=_pattern_operand(assignment, formats) if role == "result" else None)
     renames: dict[Access, Access] = {}
     for idx, new_fmt in lo.transposed:
         acc = operand_accesses[idx]

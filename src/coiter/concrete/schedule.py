@@ -128,6 +128,12 @@ def _with(prog: ConcreteProgram, stmt: Stmt, *relations: Any, **changes: Any) ->
 # ------------------------------------------------------------------ dissolving temporaries
 
 
+def random_writes(decl: TensorDecl) -> bool:
+    """Whether a result can be written in any order: every level inserts, or it shares
+    an operand's pattern (written in place at that operand's positions)."""
+    return decl.pattern_of is not None or all(lv.has_insert for lv in decl.format.levels)
+
+
 def _factors(e: Expr) -> list[Expr]:
     return _factors(e.a) + _factors(e.b) if isinstance(e, Mul) else [e]
 
@@ -156,7 +162,7 @@ def dissolve(prog: ConcreteProgram, w: Where, why: str) -> Stmt:
     if tdecl.order != 0 or len(uses) != 1 or any(t in {a.tensor for a in accesses(f)} for f in fs if f not in uses):
         raise ScheduleError(f"{why}: {c} does not distribute over the sum computing {t}; "
                             "the loops cannot move across it")
-    if not all(lv.has_insert for lv in target.format.levels):
+    if not random_writes(target):
         raise ScheduleError(f"{why}: moving a loop out of the reduction into {t} makes {c.lhs} "
                             f"accumulate at random, which its format ({target.format}) cannot")
     rest = [f for f in fs if f not in uses]
@@ -209,7 +215,7 @@ def check_concordant(prog: ConcreteProgram) -> None:
             deepest = -1
             for k, level in enumerate(fmt.levels):
                 u = a.indices[fmt.ordering[k]]
-                reach = level.has_insert if a == s.lhs else (level.has_locate and level.full)
+                reach = random_writes(decl) if a == s.lhs else (level.has_locate and level.full)
                 if u not in depth:
                     raise ScheduleError(f"{a}: no loop binds index variable {u}")
                 if not reach and depth[u] < deepest:
@@ -457,8 +463,7 @@ def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why
     rows = unit == "CPUThread" and prov.defining(loop.var) is None and row_assembly(loop, decls)
     for s in walk_stmts(loop.body):
         decl = decls[s.lhs.tensor] if isinstance(s, Assign) else None
-        if decl is not None and decl.role == "result" and not rows and \
-                not all(lv.has_insert for lv in decl.format.levels):
+        if decl is not None and decl.role == "result" and not rows and not random_writes(decl):
             raise ScheduleError(f"{why}: iterations would append to the sparse result "
                                 f"{decl.name} ({decl.format}) concurrently; only the rows of a "
                                 "CSR-like result can be assembled in parallel")

@@ -120,6 +120,10 @@ class TensorDecl:
     modes: tuple[IndexVar, ...] = ()
     # an operand the compiler re-stores in another format (automatic transposition)
     converted_from: str | None = None
+    # result only: an operand whose pattern contains the result's (a factor of the whole
+    # right-hand side, same format and indices, every other operand dense); a scheduled
+    # kernel may then write the result in place at that operand's positions
+    pattern_of: str | None = None
 
     @property
     def order(self) -> int:

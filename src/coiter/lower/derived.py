@@ -145,7 +145,7 @@ class DerivedLoops:
         before: list[IRStmt] = []
         body: list[IRStmt] = []
         tagged = f.unit != "NotParallel"
-        if isinstance(rel, (Split, Divide)) and v == rel.inner and tagged:
+        if isinstance(rel, (Split, Divide)) and v == rel.inner and tagged and rel.outer in scope.coords:
             # no break out of an OpenMP loop: the last piece gets a shorter bound instead
             plo, phi = self.range_of(rel.parent, scope)
             start = mul(scope.coords[rel.outer], self._block_size(rel, scope))
@@ -298,7 +298,9 @@ class DerivedLoops:
         for a in accs:
             decl = self.decls[a.tensor]
             k = self.resolved_depth(located, a)
-            if decl.role in ("input", "result") and k < decl.order and self.level_var(a, k) in located.coords:
+            in_place = a.tensor == self.result and self.shared is not None
+            if decl.role in ("input", "result") and not in_place and k < decl.order \
+                    and self.level_var(a, k) in located.coords:
                 level = decl.format.levels[k]
                 raise ScheduleError(
                     f"{a.tensor}: level {k + 1} ({level}) is indexed by {self.level_var(a, k)}, which "

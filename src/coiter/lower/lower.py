@@ -75,7 +75,9 @@ def sanitize(name: str) -> str:
 class ParamSpec:
     """One C parameter and where its value comes from at call time."""
 
-    kind: str  # "dim" | "array" | "vals" | "out" | "out_len" | "cap_hint" | "threads"
+    # "dim" | "array" | "vals" | "shared_vals" (values over operand ``array``'s pattern) |
+    # "out" | "out_len" | "cap_hint" | "threads"
+    kind: str
     tensor: str
     level: int = -1  # 0-based storage level for "dim"/"array"
     array: str = ""
@@ -325,8 +327,14 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         self.parallel_depth = 0  # CPUThread loops enclosing the statement being lowered
         self.result = prog.result
         rdecl = self.decls[self.result]
-        self.result_allocated = not rdecl.format.is_dense
-        self.groups = self._result_groups(rdecl)
+        # a scheduled kernel writes a result sharing an operand's pattern at that operand's
+        # positions (the schedule may visit them in any order)
+        self.shared: Access | None = None
+        if prog.commands and rdecl.pattern_of is not None and mode == "fused":
+            lhs = next(s.lhs for s in walk_stmts(prog.stmt) if isinstance(s, Assign) and s.lhs.tensor == self.result)
+            self.shared = Access(rdecl.pattern_of, lhs.indices)
+        self.result_allocated = not rdecl.format.is_dense and self.shared is None
+        self.groups = [] if self.shared is not None else self._result_groups(rdecl)
 
     # -- naming --------------------------------------------------------------------------
     def _unique(self, base: str) -> str:
@@ -397,7 +405,7 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         stmts: list[IRStmt] = []
         for a in accs:
             decl = self.decls[a.tensor]
-            if decl.role == "temp" and decl.order == 0:
+            if (decl.role == "temp" and decl.order == 0) or (a.tensor == self.result and self.shared):
                 continue
             fmt = decl.format
             k = self.resolved_depth(scope, a)
@@ -496,6 +504,8 @@ class Lowerer(DerivedLoops, ParallelAssembly):
             return []
         if decl.order == 0:
             pos: IRExpr = Const(0)
+        elif decl.role == "result" and self.shared is not None:
+            pos = scope.pos[(self.shared, decl.order - 1)].lo
         else:
             last = decl.order - 1
             pos = scope.pos[(lhs, last)].lo
@@ -1101,7 +1111,7 @@ class Lowerer(DerivedLoops, ParallelAssembly):
                 params.append(ParamSpec("dim", name, k))
                 cparams.append(Param("int64_t", dim))
             for k, level in enumerate(decl.format.levels):
-                if is_result and (self.result_allocated and self.mode != "compute"):
+                if is_result and ((self.result_allocated and self.mode != "compute") or self.shared):
                     continue
                 for arr in level.arrays:
                     params.append(ParamSpec("array", name, k, arr))
@@ -1112,6 +1122,9 @@ class Lowerer(DerivedLoops, ParallelAssembly):
                            ParamSpec("cap_hint", name)]
                 cparams += [Param("void", f"{cn}_out", 2), Param("int64_t", f"{cn}_out_len", 1),
                             Param("int64_t", f"{cn}_cap_hint")]
+            elif is_result and self.shared is not None:
+                params.append(ParamSpec("shared_vals", name, array=self.shared.tensor))
+                cparams.append(Param(self.vtype[name], self.vals(name), 1))
             else:
                 params.append(ParamSpec("vals", name))
                 cparams.append(Param(self.vtype[name], self.vals(name), 1, const=not is_result))

@@ -199,6 +199,9 @@ class Kernel:
             commands = self.tuner.schedule(self._program(dtypes, ()), tensors, lambda c: self._run(
                 mode, operands, pattern, result_shape, threads, commands=c))
         prog = self._program(dtypes, commands)
+        if mode != "fused" and prog.commands and prog.tensors[self.result].pattern_of is not None:
+            raise FormatError(f"{mode}: the scheduled kernel writes {self.result} in place over "
+                              f"{prog.tensors[self.result].pattern_of}'s pattern; call the kernel instead")
         if mode != "fused" and prog.result_conversion is not None:
             # the kernel builds another format and converts, which keeps no explicit zeros
             raise FormatError(
@@ -264,6 +267,7 @@ class Kernel:
         ir = var.ir
         args: list[Any] = []
         res_vals = None
+        shared = None
         out = out_len = None
         nslots = len(ir.out_arrays)
         rdims = tuple(rshape[m] for m in rfmt.ordering)
@@ -279,6 +283,10 @@ class Kernel:
                 elif p.kind == "vals":
                     n = math.prod(rdims) if mode != "compute" else storages[self.result].nnz
                     res_vals = np.zeros(max(n, 1), dtype=rdtype)
+                    args.append(res_vals.ctypes.data)
+                elif p.kind == "shared_vals":
+                    shared = storages[p.array]
+                    res_vals = np.zeros(max(len(shared.vals), 1), dtype=rdtype)
                     args.append(res_vals.ctypes.data)
                 elif p.kind == "out":
                     out = (ctypes.c_void_p * nslots)()
@@ -306,6 +314,9 @@ class Kernel:
         if mode == "compute":
             pat = storages[self.result]
             return Storage(rfmt, rshape, pat.levels, res_vals[: pat.nnz])
+        if shared is not None:  # the operand's pattern, copied: the result owns its arrays
+            levels = tuple({arr: a.copy() for arr, a in lv.items()} for lv in shared.levels)
+            return Storage(rfmt, rshape, levels, res_vals[: len(shared.vals)])
         if out is None:
             levels = tuple({} for _ in rfmt.levels)
             return Storage(rfmt, rshape, levels, res_vals[: math.prod(rdims)] if rdims else res_vals)
