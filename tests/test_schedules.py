@@ -188,6 +188,16 @@ def test_python_api_equals_command_string() -> None:
     np.testing.assert_allclose(k2(A=A, x=x).to_numpy(), A @ x)
 
 
+def test_parallel_outer_piece_placed_inside_its_inner_piece() -> None:
+    """Reordered split pieces: the parallel loop recovers i, guarded by i < N (no break)."""
+    A = _csr(203, 150, 0.05, 18)
+    x = RNG.random(150)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"},
+                       schedule="split(i,i0,i1,4),reorder(i1,i0,j),parallelize(i0,CPUThread,NoRaces)")
+    assert "if (i < y1_dimension)" in k.source
+    np.testing.assert_allclose(k(A=A, x=x, threads=2).to_numpy(), A @ x)
+
+
 def test_chunking_static_and_dynamic() -> None:
     A = _csr(300, 90, 0.05, 6)
     x = RNG.random(90)

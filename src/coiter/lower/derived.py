@@ -28,7 +28,7 @@ from ..errors import ScheduleError
 from ..formats.levels.base import ParentPos
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Break, Const, Decl, If, IRExpr, IRStmt, Min, Var, While,
-    add, block, lt, mul,
+    add, block, conj, lt, mul,
 )
 from ..notation.ast import Access, IndexVar
 
@@ -150,9 +150,12 @@ class DerivedLoops:
             plo, phi = self.range_of(rel.parent, scope)
             start = mul(scope.coords[rel.outer], self._block_size(rel, scope))
             hi = Min((hi, _sub(_sub(phi, plo), start)))
+        outer_guards, self.guards = self.guards, []
         inner, stmts = self._recover_up(v, inner, before, lo, tagged)
+        guards, self.guards = self.guards, outer_guards
         body += stmts
-        body += self._derived_body(f.body, inner)
+        rest = self._derived_body(f.body, inner)
+        body += [If(conj(guards), block(rest))] if guards and rest else rest
         return before + [self._for(f, vname, lo, hi, body, scope)]
 
     def _walked(self, s: Stmt, u: IndexVar, scope) -> bool:
@@ -190,6 +193,10 @@ class DerivedLoops:
             plo, phi = self.range_of(p, scope)
             if not tagged:
                 out.append(If(Bin(">=", Var(pname), phi), block(Break())))
+            elif not (v == rel.inner and isinstance(rel, (Split, Divide))):
+                # a parallel outer piece recovering the parent (the pieces reordered): no
+                # break out of an OpenMP loop, and its bound does not cut the last block
+                self.guards.append(lt(Var(pname), phi))
             scope = scope.with_coord(p, Var(pname))
             if isinstance(self.prov.defining(p), Pos):
                 return self._from_position(self.prov.defining(p), p, scope, before, out, first)

@@ -43,7 +43,11 @@ from .types import c_index_type, c_value_type
 C_KEYWORDS = frozenset(
     "auto break case char const continue default do double else enum extern float for goto if "
     "inline int long register restrict return short signed sizeof static struct switch typedef "
-    "union unsigned void volatile while bool true false complex I NULL main".split()
+    "union unsigned void volatile while bool true false complex I NULL main "
+    # C++ and CUDA names, for kernels nvcc compiles
+    "new delete class this template typename namespace using private public protected virtual "
+    "operator friend try catch throw explicit mutable nullptr export "
+    "threadIdx blockIdx blockDim gridDim warpSize dim3".split()
 )
 
 MODES = ("fused", "assemble", "compute")
@@ -320,6 +324,7 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         self.window: dict[IndexVar, tuple[IRExpr, IRExpr]] = {}
         self.explicit_parallel = any(isinstance(s, Forall) and s.unit != "NotParallel"
                                      for s in walk_stmts(prog.stmt))
+        self.guards: list[IRExpr] = []  # iteration guards of the derived loop being lowered
         self.atomic_loops: list[Forall] = []  # enclosing parallel loops that resolve races by atomics
         # dense temporaries are allocated by the function (a slice per thread in parallel loops)
         self.temp_allocs: list[IRStmt] = []

@@ -1,7 +1,7 @@
 """Compile generated C to shared libraries, cache them on disk and in memory, load via ctypes.
 
-Disk layout: ``<cache_dir>/<key[:2]>/<key>.so`` with the C source beside it as ``<key>.c``,
-where ``key`` is the sha256 of the source, the compiler command, its ``--version`` output and
+Disk layout: ``<cache_dir>/<key[:2]>/<key>.so`` with the source beside it as ``<key>.c``
+(``<key>.cu`` for CUDA, see :mod:`coiter.runtime.cuda`), where ``key`` is the sha256 of the source, the compiler command, its ``--version`` output and
 the flags. Publishing is atomic (compile to a temporary file, then ``os.replace``), so any
 number of threads or processes may compile the same source at once.
 """
@@ -19,6 +19,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import platformdirs
 
@@ -41,7 +42,7 @@ _load_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
-class _Toolchain:
+class Toolchain:
     """A resolved compiler command and the complete flag list for one build."""
 
     command: tuple[str, ...]
@@ -81,11 +82,17 @@ def compile_library(source: str, *, openmp: bool = True) -> Path:
 
     Raises :class:`CompileError` when the compiler is missing or rejects the source.
     """
-    toolchain = _toolchain(openmp)
+    return build_cached(source, _toolchain(openmp), ".c", ("-lm",), "C")
+
+
+def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str, ...],
+                 language: str) -> Path:
+    """Build ``source`` (saved with ``suffix``) into a shared library with ``toolchain``,
+    or return the cached one; ``language`` names the compiler in errors."""
     key = _cache_key(source, toolchain)
     shard = cache_dir() / key[:2]
     so_path = shard / f"{key}.so"
-    c_path = shard / f"{key}.c"
+    c_path = shard / f"{key}{suffix}"
     if so_path.exists():
         return so_path
     shard.mkdir(parents=True, exist_ok=True)
@@ -96,11 +103,11 @@ def compile_library(source: str, *, openmp: bool = True) -> Path:
     tmp_path = Path(tmp_name)
     try:
         result = _run(
-            [*toolchain.command, *toolchain.flags, "-o", str(tmp_path), str(c_path), "-lm"]
+            [*toolchain.command, *toolchain.flags, "-o", str(tmp_path), str(c_path), *libs]
         )
         if result.returncode != 0:
             raise CompileError(
-                f"C compilation failed (exit status {result.returncode}) running "
+                f"{language} compilation failed (exit status {result.returncode}) running "
                 f"{shlex.join(toolchain.command)}",
                 stderr=result.stderr,
                 source_path=str(c_path),
@@ -119,6 +126,11 @@ def load_library(source: str, *, openmp: bool = True) -> ctypes.CDLL:
     Repeated calls with the same source (and ``openmp`` setting) return the same CDLL.
     """
     key = hashlib.sha256(f"{'omp' if openmp else 'serial'}\0{source}".encode()).hexdigest()
+    return load_cached(key, lambda: compile_library(source, openmp=openmp))
+
+
+def load_cached(key: str, build: Callable[[], Path]) -> ctypes.CDLL:
+    """The library loaded under ``key`` in this process, else the one ``build`` makes."""
     library = _loaded.get(key)
     if library is not None:
         return library
@@ -127,7 +139,7 @@ def load_library(source: str, *, openmp: bool = True) -> ctypes.CDLL:
     with _load_lock:
         library = _loaded.get(key)
         if library is None:
-            path = compile_library(source, openmp=openmp)
+            path = build()
             try:
                 library = ctypes.CDLL(str(path))
             except OSError as exc:
@@ -140,7 +152,7 @@ def load_library(source: str, *, openmp: bool = True) -> ctypes.CDLL:
     return library
 
 
-def _toolchain(openmp: bool) -> _Toolchain:
+def _toolchain(openmp: bool) -> Toolchain:
     """Resolve ``$CC`` and ``$CFLAGS`` (re-read on every call) into a build configuration."""
     cc = os.environ.get("CC") or DEFAULT_CC
     words = shlex.split(cc)
@@ -155,10 +167,10 @@ def _toolchain(openmp: bool) -> _Toolchain:
     flags += ["-shared", "-fPIC"] if "-fPIC" not in flags else ["-shared"]
     if openmp and _supports_openmp(command, tuple(flags)):
         flags.append("-fopenmp")
-    return _Toolchain(command=command, flags=tuple(flags), version=_compiler_version(command))
+    return Toolchain(command=command, flags=tuple(flags), version=compiler_version(command))
 
 
-def _cache_key(source: str, toolchain: _Toolchain) -> str:
+def _cache_key(source: str, toolchain: Toolchain) -> str:
     """sha256 over everything that determines the produced library."""
     digest = hashlib.sha256()
     command, flags = "\0".join(toolchain.command), "\0".join(toolchain.flags)
@@ -170,7 +182,7 @@ def _cache_key(source: str, toolchain: _Toolchain) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiler_version(command: tuple[str, ...]) -> str:
+def compiler_version(command: tuple[str, ...]) -> str:
     """The compiler's ``--version`` output; computed once per compiler per process."""
     result = _run([*command, "--version"])
     return result.stdout + result.stderr

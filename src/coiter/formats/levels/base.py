@@ -158,6 +158,14 @@ class Level(ABC):
         """Position that children and values use for iterator value ``p`` (usually ``p``)."""
         return p
 
+    def array_lengths(
+        self, names: LevelNames, parent_size: IRExpr
+    ) -> tuple[dict[str, IRExpr], IRExpr] | None:
+        """Element count of each of this level's arrays in generated code, and its number of
+        positions, given its parent's (None: unknown here, so back ends that copy arrays,
+        such as CUDA's, refuse the level)."""
+        return None
+
     def iter_init(self, names: LevelNames) -> list[IRStmt]:
         """Statements run before position iteration starts (e.g. sorting an unordered list)."""
         return []

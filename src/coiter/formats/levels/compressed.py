@@ -34,6 +34,10 @@ class Compressed(Level):
     def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return Load(names.array("crd"), p)
 
+    def array_lengths(self, names: LevelNames, parent_size: IRExpr) -> tuple[dict[str, IRExpr], IRExpr]:
+        size = Load(names.array("pos"), parent_size)
+        return {"pos": add(parent_size, Const(1)), "crd": size}, size
+
     # -- assembly: pos holds per-parent counts until append_finalize turns them into offsets
     def append_coord(self, names: LevelNames, p: IRExpr, coord: IRExpr) -> list[IRStmt]:
         return [Assign(Load(names.array("crd"), p), coord)]

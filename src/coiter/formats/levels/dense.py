@@ -31,6 +31,9 @@ class Dense(Level):
     def locate(self, names: LevelNames, parent: IRExpr, coord: IRExpr) -> IRExpr:
         return add(mul(parent, self.dimension(names)), coord)
 
+    def array_lengths(self, names: LevelNames, parent_size: IRExpr) -> tuple[dict[str, IRExpr], IRExpr]:
+        return {}, mul(parent_size, self.dimension(names))
+
     def size(self, arrays: dict[str, np.ndarray], parent_size: int, dim: int) -> int:
         return parent_size * dim
 

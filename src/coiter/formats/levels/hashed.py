@@ -87,6 +87,10 @@ class Hashed(Level):
         return Call("coiter_hash_locate", (Var(names.array("crd")), self._w(names), parent, coord))
 
     # -- NumPy side
+    def array_lengths(self, names: LevelNames, parent_size: IRExpr) -> tuple[dict[str, IRExpr], IRExpr]:
+        size = mul(parent_size, Load(names.array("W"), Const(0)))
+        return {"W": Const(1), "crd": size}, size
+
     def size(self, arrays: dict[str, np.ndarray], parent_size: int, dim: int) -> int:
         return parent_size * int(arrays["W"][0])
 

@@ -35,6 +35,9 @@ class PaddedSingleton(Level):
     def pos_found(self, names: LevelNames, p: IRExpr) -> IRExpr:
         return Bin(">=", Load(names.array("crd"), p), Const(0))
 
+    def array_lengths(self, names: LevelNames, parent_size: IRExpr) -> tuple[dict[str, IRExpr], IRExpr]:
+        return {"crd": parent_size}, parent_size
+
     def size(self, arrays: dict[str, np.ndarray], parent_size: int, dim: int) -> int:
         return parent_size
 

@@ -29,6 +29,9 @@ class Singleton(Level):
     ) -> tuple[IRExpr, IRExpr]:
         return parent.lo, parent.end
 
+    def array_lengths(self, names: LevelNames, parent_size: IRExpr) -> tuple[dict[str, IRExpr], IRExpr]:
+        return {"crd": parent_size}, parent_size
+
     def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return Load(names.array("crd"), p)
 
