@@ -25,12 +25,12 @@ from coiter.runtime.cuda import gpu_available, nvcc_command
 EMULATION = Path(__file__).with_name("cuda_emulation.h")
 RNG = np.random.default_rng(11)
 
-# Load-balanced SpMV (the paper's Fig. 2e; 8 nonzeros per thread, 256-thread blocks). TACO's
-# schedule also has precompute(A(i,j)*x(j), thread_nz, thread_nz_pre, tmp) and
-# unroll(thread_nz_pre, 8); coiter refuses precompute over a derived variable, so thread_nz
-# itself is unrolled.
+# Load-balanced SpMV (the paper's Fig. 2e; 8 nonzeros per thread, 256-thread blocks): each
+# thread loads its 8 products into registers (precompute over the derived thread_nz, unrolled),
+# then adds them to y atomically
 SPMV_LB = ("fuse(i,j,f),pos(f,fpos,A(i,j)),split(fpos,block,fpos1,2048),split(fpos1,warp,fpos2,256),"
-           "split(fpos2,thread,thread_nz,8),reorder(block,warp,thread,thread_nz),unroll(thread_nz,8),"
+           "split(fpos2,thread,thread_nz,8),reorder(block,warp,thread,thread_nz),"
+           "precompute(A(i,j)*x(j),thread_nz,thread_nz_pre,tmp),unroll(thread_nz_pre,8),"
            "parallelize(block,GPUBlock,IgnoreRaces),parallelize(warp,GPUWarp,IgnoreRaces),"
            "parallelize(thread,GPUThread,Atomics)")
 # warp per row: 64 rows per block, 8 warps; the lanes of a warp share a row's nonzeros and
@@ -39,24 +39,27 @@ SPMV_WARP_ROW = ("split(i,block,block_row,64),split(block_row,warp_row,warp,8),p
                  "split(jpos,thread_nz,thread,32),reorder(block,warp,warp_row,thread,thread_nz),"
                  "parallelize(block,GPUBlock,IgnoreRaces),parallelize(warp,GPUWarp,IgnoreRaces),"
                  "parallelize(thread,GPUThread,Temporary)")
-# TACO's SpMM and SDDMM also bound(dv_unb, dv, 4, MaxExact) the column loop; coiter refuses
-# bound on a derived variable, so dv_unb keeps its run-time extent. SpMM's blocks and warps
-# are Atomics here, not IgnoreRaces: coiter makes a write atomic only for the loops whose
-# iterations race on it, and a row's nonzeros may span warps and blocks.
+# TACO's SpMM and SDDMM, with bound(dv_unb, dv, 4, MaxExact): 128 dense columns, checked
+# when the kernel runs. SpMM's blocks and warps are Atomics here, not IgnoreRaces: coiter
+# makes a write atomic only for the loops whose iterations race on it, and a row's nonzeros
+# may span warps and blocks.
 SPMM = ("reorder(i,j,k),fuse(i,j,f),pos(f,fpos,A(i,j)),split(fpos,block,fpos1,64),"
         "split(fpos1,warp,nnz,8),split(k,dv_unb,thread,32),reorder(block,warp,thread,dv_unb,nnz),"
+        "bound(dv_unb,dv,4,MaxExact),"
         "parallelize(block,GPUBlock,Atomics),parallelize(warp,GPUWarp,Atomics),"
         "parallelize(thread,GPUThread,Atomics)")
 SDDMM = ("reorder(i,k,j),fuse(i,k,f),pos(f,fpos,B(i,k)),split(fpos,block,fpos1,2048),"
-         "split(fpos1,warp,nnz,256),split(j,dv_unb,thread,32),reorder(block,warp,nnz,thread,dv_unb),"
-         "unroll(dv_unb,4),parallelize(block,GPUBlock,IgnoreRaces),parallelize(warp,GPUWarp,Atomics),"
-         "parallelize(thread,GPUThread,ParallelReduction)")
+         "split(fpos1,warp,nnz,256),split(j,dv_unb,thread,32),bound(dv_unb,dv,4,MaxExact),"
+         "reorder(block,warp,nnz,thread,dv),unroll(dv,4),parallelize(block,GPUBlock,IgnoreRaces),"
+         "parallelize(warp,GPUWarp,Atomics),parallelize(thread,GPUThread,ParallelReduction)")
+DENSE_COLUMNS = 128  # 4 * 32: what the bound promises
 # a scalar result: per-block warp sums added atomically into one device copy of the sum
 DOT = "split(i,i0,i1,32),parallelize(i0,GPUBlock,Atomics),parallelize(i1,GPUThread,ParallelReduction)"
 
 SPMV = ("y(i) = A(i,j) * x(j)", {"A": "csr"})
 CASES = {
-    "spmv_lb": (*SPMV, SPMV_LB, ["coiter_atomic_add(&y_vals[i]", "#pragma unroll 8"]),
+    "spmv_lb": (*SPMV, SPMV_LB, ["coiter_atomic_add(&y_vals[i], tmp_vals[thread_nz])", "#pragma unroll 8",
+                                 "double tmp_vals[8];"]),
     "spmv_warp_row": (*SPMV, SPMV_WARP_ROW, ["coiter_warp_sum", "if (coiter_thread == 0)"]),
     "spmm": ("C(i,k) = A(i,j) * B(j,k)", {"A": "csr"}, SPMM, ["coiter_atomic_add(&C_vals"]),
     "sddmm": ("A(i,k) = B(i,k) * C(i,j) * D(j,k)", {"B": "csr"}, SDDMM, ["coiter_warp_sum"]),
@@ -83,10 +86,10 @@ def _check(case: str, kernel: coiter.Kernel) -> None:
             x = RNG.random(m)
             got, ref = kernel(A=A, x=x).to_numpy(), A @ x
         elif case == "spmm":
-            B = RNG.random((m, 37))
+            B = RNG.random((m, DENSE_COLUMNS))
             got, ref = kernel(A=A, B=B).to_numpy(), A @ B
         elif case.startswith("sddmm"):
-            C, D = RNG.random((n, 45)), RNG.random((45, m))
+            C, D = RNG.random((n, DENSE_COLUMNS)), RNG.random((DENSE_COLUMNS, m))
             got, ref = kernel(B=A, C=C, D=D).to_numpy(), A.multiply(C @ D).toarray()
         else:
             x, y = RNG.random(A.nnz), RNG.random(A.nnz)

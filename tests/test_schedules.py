@@ -247,6 +247,26 @@ def test_bound_unroll_and_coord() -> None:
     np.testing.assert_allclose(k(A=A, x=RNG.random(50) * 0 + 1).to_numpy(), A @ np.ones(50))
 
 
+def test_precompute_over_a_derived_variable_and_bound_on_a_piece() -> None:
+    """The CPU form of the paper's load-balanced SpMV: each block's products go to a local
+    8-value workspace (its producer loop walks the positions again), then to y atomically."""
+    A = _csr(203, 171, 0.05, 19)
+    x = RNG.random(171)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=(
+        "fuse(i,j,f),pos(f,fpos,A(i,j)),split(fpos,blk,fpos1,64),split(fpos1,th,th_nz,8),"
+        "precompute(A(i,j)*x(j),th_nz,th_nz_pre,tmp),unroll(th_nz_pre,8),parallelize(blk,CPUThread,Atomics)"))
+    assert "double tmp_vals[8];" in k.source
+    assert "precomputed(th_nz, th_nz_pre)" in str(k.concrete)
+    np.testing.assert_allclose(k(A=A, x=x, threads=2).to_numpy(), A @ x)
+    B = RNG.random((171, 64))
+    k = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"},
+                       schedule="split(k,k0,k1,16),bound(k0,kb,4,MaxExact),reorder(i,j,kb,k1)")
+    assert "kb < 4" in k.source
+    np.testing.assert_allclose(k(A=A, B=B).to_numpy(), A @ B)
+    with pytest.raises(KernelError, match="bound"):
+        k(A=A, B=B[:, :48])
+
+
 def test_spgemm_rows_split_serial_keeps_assembly() -> None:
     A, B = _csr(80, 60, 0.05, 11), _csr(60, 70, 0.05, 12)
     k = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},

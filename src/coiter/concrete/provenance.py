@@ -14,6 +14,7 @@ Fuse         fuse(i,j,f)          i = f / |j|, j = f % |j| (coordinate space)
 Pos          pos(i,p,A(..i..))    i = A's coordinate at position p
 Coord        coord(p,i)           the position of A holding coordinate i
 Bound        bound(i,ib,b,kind)   i = ib, with a promise about i's extent
+Precomputed  precompute(e,i,iw,w) i = iw in the loop computing the workspace
 ===========  ===================  =============================================
 
 ``lo`` and ``R`` are the start and length of the parent's range: 0 and the
@@ -144,6 +145,24 @@ class Bound(Relation):
 
     def __str__(self) -> str:
         return f"bound({self.var}, {self.bounded}, {self.value}, {self.kind})"
+
+
+@dataclass(frozen=True)
+class Precomputed(Relation):
+    """``copy`` walks the values of the derived variable ``var`` again, in the producer
+    loop of a precomputed workspace."""
+
+    var: IndexVar
+    copy: IndexVar
+
+    def derived(self) -> tuple[IndexVar, ...]:
+        return (self.copy,)
+
+    def parents(self) -> tuple[IndexVar, ...]:
+        return (self.var,)
+
+    def __str__(self) -> str:
+        return f"precomputed({self.var}, {self.copy})"
 
 
 class Provenance:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..notation.ast import Access, IndexVar
-from .provenance import Bound, Coord, Divide, Fuse, Pos, Provenance, Split
+from .provenance import Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Split
 from .stmt import Assign, Forall, Stmt, TensorDecl, Where, walk_stmts
 
 
@@ -23,7 +23,7 @@ def distinct_vars(prov: Provenance, v: IndexVar, decls: Mapping[str, TensorDecl]
     rel = prov.defining(v)
     if rel is None:
         return frozenset({v})
-    if isinstance(rel, (Split, Divide, Bound)):
+    if isinstance(rel, (Split, Divide, Bound, Precomputed)):
         return distinct_vars(prov, rel.parents()[0], decls)
     if isinstance(rel, Coord):
         return distinct_vars(prov, rel.pos, decls)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..errors import ScheduleError
 from ..formats.format import dense
 from ..notation.ast import Access, Add, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses
-from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Provenance, Split
+from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Split
 from .races import races, row_assembly
 from .stmt import (
     PARALLEL_UNITS, RACE_STRATEGIES, Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt,
@@ -408,8 +408,9 @@ def _bound(prog: ConcreteProgram, cmd: Command, i: Any, ib: Any, value: Any, kin
         raise ScheduleError(f"{cmd}: bound kind must be one of {', '.join(BOUND_KINDS)}, got {kind!r}")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ScheduleError(f"{cmd}: the bound must be a non-negative integer, got {value!r}")
-    if Provenance(prog.env.relations).defining(v) is not None:
-        raise ScheduleError(f"{cmd}: bound applies to an original index variable, {v} is derived")
+    if isinstance(Provenance(prog.env.relations).defining(v), (Pos, Fuse, Coord)):
+        raise ScheduleError(f"{cmd}: {v} walks positions or fused pairs, whose extent is not known "
+                            "before the kernel runs; bound a coordinate or a split piece")
     return _with(prog, _map_loops(prog.stmt, v, lambda f: replace(f, var=vb)), Bound(v, vb, value, kind))
 
 
@@ -485,9 +486,9 @@ def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any,
 
         expr = parse_expr(expr)
     v = _loop(prog, cmd, i)
-    if Provenance(prog.env.relations).defining(v) is not None:
-        raise ScheduleError(f"{cmd}: precompute over a derived variable ({v}) is not supported")
     w = iw if iw == i else _fresh(prog, cmd, iw)[0].name
+    if Provenance(prog.env.relations).defining(v) is not None:
+        return _precompute_derived(prog, cmd, expr, v, IndexVar(w), ws)
     vw = IndexVar(w)
     if not isinstance(ws, str) or not _NAME.match(ws) or ws in prog.tensors:
         raise ScheduleError(f"{cmd}: the workspace needs a new tensor name, got {ws!r}")
@@ -531,6 +532,33 @@ def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any,
     result = prog.tensors[prog.result]
     decl = TensorDecl(ws, dense(1), result.dtype, "temp", (vw,))
     return _with(prog, stmt, tensors={**prog.tensors, ws: decl})
+
+
+def _precompute_derived(prog: ConcreteProgram, cmd: Command, expr: Expr, v: IndexVar,
+                        vw: IndexVar, ws: Any) -> ConcreteProgram:
+    """``expr`` over a derived loop ``v`` (a piece of positions, say) into a workspace indexed
+    by ``v``'s values: the producer loop ``vw`` walks them again, recovering the same
+    coordinates (the GPU SpMV's per-thread registers). The loop over ``v`` must directly
+    hold one assignment with ``expr`` among its factors."""
+    if not isinstance(ws, str) or not _NAME.match(ws) or ws in prog.tensors:
+        raise ScheduleError(f"{cmd}: the workspace needs a new tensor name, got {ws!r}")
+    loops = [s for s in walk_stmts(prog.stmt) if isinstance(s, Forall) and s.var == v]
+    target = loops[0].body if len(loops) == 1 else None
+    if not isinstance(target, Assign) or \
+            Counter(str(f) for f in _factors(expr)) - Counter(str(f) for f in _factors(target.rhs)):
+        raise ScheduleError(f"{cmd}: the loop over the derived variable {v} must directly hold one "
+                            f"assignment with the factors of {expr}")
+    rest = list(_factors(target.rhs))
+    for f in _factors(expr):
+        rest.remove(next(x for x in rest if str(x) == str(f)))
+    w_v = Access(ws, (v,))
+    consumer = replace(loops[0], body=Assign(target.lhs, _product(rest + [w_v]) if rest else w_v,
+                                             target.accumulate))
+    producer = Forall(vw, Assign(Access(ws, (vw,)), expr, True))
+    stmt = _replace_at(prog.stmt, loops[0], Where(consumer, producer))
+    decl = TensorDecl(ws, dense(1), prog.tensors[prog.result].dtype, "temp", (v,))
+    relations = (Precomputed(v, vw),) if vw != v else ()
+    return _with(prog, stmt, *relations, tensors={**prog.tensors, ws: decl})
 
 
 def _rename(e: Expr, old: IndexVar, new: IndexVar) -> Expr:

@@ -22,15 +22,36 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..concrete.provenance import Bound, Coord, Divide, Fuse, Pos, Split
-from ..concrete.stmt import Forall, Stmt
+from ..concrete.provenance import Bound, Coord, Divide, Fuse, Pos, Precomputed, Split
+from ..concrete.stmt import Assign, Forall, Stmt, Where
 from ..errors import ScheduleError
 from ..formats.levels.base import ParentPos
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Break, Const, Decl, If, IRExpr, IRStmt, Min, Var, While,
     add, block, conj, lt, mul,
 )
-from ..notation.ast import Access, IndexVar
+from ..notation.ast import Access, BinaryExpr, IndexVar, Neg
+
+
+def _renamed(s: Stmt, old: IndexVar, new: IndexVar) -> Stmt:
+    """``s`` with index variable ``old`` replaced by ``new`` in its assignments."""
+    if isinstance(s, Assign):
+        return Assign(_renamed_expr(s.lhs, old, new), _renamed_expr(s.rhs, old, new), s.accumulate)
+    if isinstance(s, Forall):
+        return replace(s, body=_renamed(s.body, old, new))
+    if isinstance(s, Where):
+        return Where(_renamed(s.consumer, old, new), _renamed(s.producer, old, new))
+    raise ScheduleError(f"a precomputed loop over {old} holds {type(s).__name__}")
+
+
+def _renamed_expr(e, old: IndexVar, new: IndexVar):
+    if isinstance(e, Access):
+        return Access(e.tensor, tuple(new if u == old else u for u in e.indices))
+    if isinstance(e, BinaryExpr):
+        return type(e)(_renamed_expr(e.a, old, new), _renamed_expr(e.b, old, new))
+    if isinstance(e, Neg):
+        return Neg(_renamed_expr(e.operand, old, new))
+    return e
 
 
 def _sub(a: IRExpr, b: IRExpr) -> IRExpr:
@@ -66,6 +87,18 @@ class DerivedLoops:
         if isinstance(rel, Pos):
             return self._pos_range(rel, scope)
         raise TypeError(type(rel).__name__)
+
+    def extent_of(self, v: IndexVar) -> IRExpr:
+        """How many values ``v`` takes, known before any loop runs (original variables and
+        pieces of them; ScheduleError for positions, whose range depends on a loop)."""
+        if self.prov.defining(v) is None:
+            return self.extent[v]
+        try:
+            lo, hi = self.range_of(v, self.empty_scope)
+        except (KeyError, ScheduleError):
+            raise ScheduleError(f"the extent of {v} depends on the loops around it; it cannot "
+                                "size a workspace or be checked against a bound") from None
+        return _sub(hi, lo)
 
     def _block_size(self, rel, scope) -> IRExpr:
         if isinstance(rel, Split):
@@ -135,6 +168,16 @@ class DerivedLoops:
             u = self.prov.defining(rel.pos).var
             self.vn[u] = self.var(v)
             return self.lower_forall(replace(f, var=u), scope)
+        if isinstance(rel, Precomputed):  # walk the variable's values again, named as the copy
+            previous = self.vn.get(rel.var)
+            self.vn[rel.var] = self.var(v)
+            try:
+                return self.lower_forall(replace(f, var=rel.var, body=_renamed(f.body, v, rel.var)), scope)
+            finally:
+                if previous is None:
+                    del self.vn[rel.var]
+                else:
+                    self.vn[rel.var] = previous
         if isinstance(rel, (Split, Divide)) and v == rel.inner and rel.outer in scope.coords:
             parent = rel.parent
             if self.prov.defining(parent) is None and self._walked(f.body, parent, scope):
@@ -151,7 +194,7 @@ class DerivedLoops:
             start = mul(scope.coords[rel.outer], self._block_size(rel, scope))
             hi = Min((hi, _sub(_sub(phi, plo), start)))
         outer_guards, self.guards = self.guards, []
-        inner, stmts = self._recover_up(v, inner, before, lo, tagged)
+        inner, stmts = self._recover_up(v, inner, before, scope.with_coord(v, lo), tagged)
         guards, self.guards = self.guards, outer_guards
         body += stmts
         rest = self._derived_body(f.body, inner)
@@ -175,9 +218,11 @@ class DerivedLoops:
         finally:
             del self.window[parent]
 
-    def _recover_up(self, v: IndexVar, scope, before: list[IRStmt], lo: IRExpr,
+    def _recover_up(self, v: IndexVar, scope, before: list[IRStmt], start,
                  tagged: bool) -> tuple[object, list[IRStmt]]:
-        """Bind every variable that ``v`` completes, walking up the provenance graph."""
+        """Bind every variable that ``v`` completes, walking up the provenance graph.
+        ``start`` binds the loop being lowered to its first value (where tracked
+        positions are searched for)."""
         out: list[IRStmt] = []
         rel = self.prov.defining(v)
         if rel is None:
@@ -187,7 +232,7 @@ class DerivedLoops:
                 return scope, out
             p = rel.parent
             value = self._value(p, scope)
-            first = self._value(p, scope.with_coord(v, lo))  # where this loop starts
+            first = self._value(p, start)  # where the loop being lowered starts
             pname = self.var(p)
             out.append(Decl("int64_t", pname, value))
             plo, phi = self.range_of(p, scope)
@@ -200,13 +245,15 @@ class DerivedLoops:
             scope = scope.with_coord(p, Var(pname))
             if isinstance(self.prov.defining(p), Pos):
                 return self._from_position(self.prov.defining(p), p, scope, before, out, first)
-            inner, more = self._recover_up(p, scope, before, lo, tagged)
+            inner, more = self._recover_up(p, scope, before, start, tagged)
             return inner, out + more
         if isinstance(rel, Bound):
             out.append(Decl("int64_t", self.var(rel.var), scope.coords[v]))
-            return scope.with_coord(rel.var, Var(self.var(rel.var))), out
+            scope = scope.with_coord(rel.var, Var(self.var(rel.var)))
+            inner, more = self._recover_up(rel.var, scope, before, start, tagged)
+            return inner, out + more
         if isinstance(rel, Pos):
-            return self._from_position(rel, v, scope, before, out, lo)
+            return self._from_position(rel, v, scope, before, out, self._value(v, start))
         if isinstance(rel, Fuse):
             return self._unfuse(rel, v, scope, out)
         raise TypeError(type(rel).__name__)

@@ -14,6 +14,7 @@ so the position counters replay exactly).
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
@@ -60,6 +61,7 @@ DEFAULT_CHUNKING = "dynamic, 1024"
 THREADS_PARAM = "coiter_nthreads"
 NUM_THREADS = f"num_threads(COITER_THREADS({THREADS_PARAM}))"
 BOUND_ERROR = 3  # kernel return code: a bound() promise does not hold
+LOCAL_TEMP = 256  # precomputed workspaces of at most this many values live on the stack
 
 
 def sanitize(name: str) -> str:
@@ -325,6 +327,7 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         self.explicit_parallel = any(isinstance(s, Forall) and s.unit != "NotParallel"
                                      for s in walk_stmts(prog.stmt))
         self.guards: list[IRExpr] = []  # iteration guards of the derived loop being lowered
+        self.empty_scope = Scope()  # where loops start: nothing bound
         self.atomic_loops: list[Forall] = []  # enclosing parallel loops that resolve races by atomics
         # dense temporaries are allocated by the function (a slice per thread in parallel loops)
         self.temp_allocs: list[IRStmt] = []
@@ -467,22 +470,38 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         for name in workspaces:
             out += self._workspace_reset(name)
         for name, size in arrays:  # zero again for the next use
-            out.append(ExprStmt(Call("memset", (Var(self.vals(name)), Const(0), mul(
-                size, Call("sizeof", (Var(self.vtype[name]),)))))))
+            out += self._zero(name, size)
         return out
+
+    def _zero(self, name: str, size: IRExpr) -> list[IRStmt]:
+        """Zero a temporary array: a loop for a local one (GPU code has no memset), else memset."""
+        vals = self.vals(name)
+        if isinstance(size, Const):
+            q = self._unique(f"q{self.cn[name]}")
+            return [For(q, "int64_t", Const(0), size, block(IRAssign(Load(vals, Var(q)), Const(0))))]
+        return [ExprStmt(Call("memset", (Var(vals), Const(0), mul(size, Call("sizeof", (Var(self.vtype[name]),))))))]
 
     def _temp_array(self, name: str, decl: TensorDecl) -> tuple[list[IRStmt], IRExpr]:
         """A dense temporary (a precomputed workspace), allocated once by the function:
         one slice per thread when it lives inside a parallel loop. Returns the statements
         that point at this thread's slice, and its length."""
         size: IRExpr = Const(1)
+        extents = [self.extent_of(v) for v in decl.modes]
+        vals, vt = self.vals(name), self.vtype[name]
+        if all(isinstance(e, Const) for e in extents) and math.prod(e.value for e in extents) <= LOCAL_TEMP:
+            # a few values known at compile time: an array local to the loop (registers)
+            n = math.prod(e.value for e in extents)
+            for k, e in enumerate(extents):
+                self.used.add(self.names(name, k).dimension.name)
+            self.used.add(vals)
+            dims = [Decl("int64_t", self.names(name, k).dimension.name, e) for k, e in enumerate(extents)]
+            return [*dims, Decl(vt, f"{vals}[{n}]"), *self._zero(name, Const(n))], Const(n)
         for k, v in enumerate(decl.modes):
             dim = self.names(name, k).dimension.name
             if dim not in self.used:
                 self.used.add(dim)
-                self.temp_allocs.append(Decl("int64_t", dim, self.extent[v]))
+                self.temp_allocs.append(Decl("int64_t", dim, extents[k]))
             size = mul(size, Var(dim))
-        vals, vt = self.vals(name), self.vtype[name]
         whole = f"{vals}_all" if self.parallel_depth else vals
         if whole not in self.used:
             self.used.add(whole)
@@ -1175,8 +1194,8 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         out: list[IRStmt] = []
         ops = {"MaxExact": "==", "MinExact": "==", "MaxConstraint": "<=", "MinConstraint": ">="}
         for rel in self.prog.env.relations:
-            if isinstance(rel, Bound) and rel.var in self.extent:
-                holds = Bin(ops[rel.kind], self.extent[rel.var], Const(rel.value))
+            if isinstance(rel, Bound):
+                holds = Bin(ops[rel.kind], self.extent_of(rel.var), Const(rel.value))
                 out.append(If(Un("!", holds), block(Return(Const(BOUND_ERROR)))))
         return out
 
