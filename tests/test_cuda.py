@@ -177,3 +177,43 @@ def test_unmappable_schedules_are_refused(schedule: str, message: str) -> None:
 def test_unknown_target() -> None:
     with pytest.raises(ValueError, match="target"):
         coiter.compile(*SPMV, target="opencl")
+
+
+# ---------------------------------------------------------------- autoscheduler GPU templates
+
+
+def test_gpu_templates_compile_and_run_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The autoscheduler's GPU templates (load-balanced position splits, constant-size warps
+    and threads) for SpMV, each compiled by nvcc and run in the CPU emulation."""
+    from coiter.concrete.autoschedule import templates
+
+    prog = coiter.compile(*SPMV).concrete
+    cands = templates(prog, "cuda")
+    assert len(cands) == 3 and all("parallelize(thread,GPUThread,Atomics)" in str(c) for c in cands)
+    if nvcc_command() is not None:
+        assert coiter.compile(*SPMV, schedule=cands[0].program, target="cuda").source
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found (the CPU emulation of CUDA needs C++20)")
+    monkeypatch.setattr(coiter.runtime.kernel, "load_cuda_library", _emulated_library)
+    for cand in cands:
+        k = coiter.compile(*SPMV, schedule=cand.program, target="cuda")
+        for A in _matrices():
+            x = RNG.random(A.shape[1])
+            np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12, err_msg=str(cand))
+
+
+def test_auto_schedule_on_the_gpu_target(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """schedule="auto" with target="cuda" tries the GPU templates (emulated here), each
+    checked against the CPU kernel's result, and keeps the fastest."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found (the CPU emulation of CUDA needs C++20)")
+    from coiter.runtime import autotune
+
+    monkeypatch.setattr(coiter.runtime.kernel, "load_cuda_library", _emulated_library)
+    monkeypatch.setattr(autotune, "_store", lambda: tmp_path / "autotune.json")
+    k = coiter.compile(*SPMV, schedule="auto", target="cuda")
+    A = _matrices()[0]
+    x = RNG.random(A.shape[1])
+    np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
+    (trials,) = k.tuner.trials.values()
+    assert len(trials) == 3

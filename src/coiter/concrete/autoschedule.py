@@ -11,6 +11,10 @@ Two stages, as in the paper, with its CPU pruning rules:
    Atomics; sparse tensors are never iterated out of order (reorders that would are
    refused by the transformations' own preconditions).
 
+For GPUs (``target="cuda"``) the paper's GPU rules keep only load-balanced templates
+with constant-size thread and warp loops: the collapsed position space cut into
+blocks, warps and threads with a fixed number of nonzeros per thread (Fig. 2e).
+
 A template leaves its sizes open; :func:`templates` instantiates each with a few
 sizes. Invalid instances are pruned by applying them: every command checks its
 preconditions.
@@ -24,6 +28,8 @@ from .schedule import Command, apply, parse_commands
 from .stmt import Assign, ConcreteProgram, Forall, Where, walk_stmts
 
 SPLIT_SIZES = (16, 256)
+NNZ_PER_THREAD = (4, 8, 16)
+WARPS_PER_BLOCK = 8
 POS_SIZES = (512, 4096)
 CHUNKINGS = ("dynamic,1", "static")
 
@@ -89,13 +95,31 @@ def _spellings(prog: ConcreteProgram) -> list[str]:
     return out
 
 
-def templates(prog: ConcreteProgram) -> list[Candidate]:
-    """The default schedule and every legal instance of the CPU templates for ``prog``.
+def _gpu_spellings(prog: ConcreteProgram) -> list[str]:
+    f = prog.stmt
+    inner = _nested(f) if isinstance(f, Forall) else None
+    access = _sparse_operand(prog, f.var, inner.var) if inner is not None else None
+    if access is None:
+        return []
+    i, j = f.var.name, inner.var.name
+    out = []
+    for n in NNZ_PER_THREAD:
+        out.append(f"fuse({i},{j},coiter_f),pos(coiter_f,coiter_fp,{access}),"
+                   f"split(coiter_fp,block,coiter_fp1,{n * 32 * WARPS_PER_BLOCK}),"
+                   f"split(coiter_fp1,warp,coiter_fp2,{n * 32}),split(coiter_fp2,thread,thread_nz,{n}),"
+                   "reorder(block,warp,thread,thread_nz),parallelize(block,GPUBlock,IgnoreRaces),"
+                   "parallelize(warp,GPUWarp,IgnoreRaces),parallelize(thread,GPUThread,Atomics)")
+    return out
+
+
+def templates(prog: ConcreteProgram, target: str = "c") -> list[Candidate]:
+    """Every legal instance of the templates for ``prog`` on ``target``, after the default
+    schedule on the CPU (a GPU kernel needs a GPU schedule).
 
     Where NoRaces is legal the Atomics variant is redundant and dropped."""
-    out = [Candidate((), prog)]
+    out = [Candidate((), prog)] if target == "c" else []
     seen: set[str] = set()
-    for text in _spellings(prog):
+    for text in _spellings(prog) if target == "c" else _gpu_spellings(prog):
         key = text.replace("Atomics", "NoRaces")
         if key in seen:
             continue

@@ -21,6 +21,7 @@ import numpy as np
 from ..concrete.autoschedule import templates
 from ..concrete.schedule import Command, parse_commands
 from ..concrete.stmt import ConcreteProgram
+from ..errors import ScheduleError
 from .compiler import cache_dir
 
 REPEAT = 3
@@ -89,15 +90,18 @@ def _time(run: Callable[[], Any]) -> float:
 class AutoTuner:
     """Chooses and remembers schedules for one kernel."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, target: str = "c") -> None:
         self.key = key
+        self.target = target
         self.winners: dict[str, tuple[Command, ...]] = {}
         self.trials: dict[str, list[tuple[str, float]]] = {}  # size class -> (schedule, seconds)
 
     def schedule(self, prog: ConcreteProgram, tensors: Mapping[str, Any],
-                 run: Callable[[tuple[Command, ...]], Any]) -> tuple[Command, ...]:
+                 run: Callable[[tuple[Command, ...]], Any],
+                 reference: Callable[[], Any]) -> tuple[Command, ...]:
         """The best commands for ``tensors``' size class; ``run(commands)`` computes the
-        kernel with a schedule. Searches only on the first call per size class."""
+        kernel with a schedule, ``reference()`` with the default schedule on the CPU.
+        Searches only on the first call per size class."""
         cls = size_class(tensors)
         if cls in self.winners:
             return self.winners[cls]
@@ -105,13 +109,15 @@ class AutoTuner:
         if stored is not None:
             self.winners[cls] = parse_commands(stored) if stored else ()
             return self.winners[cls]
-        candidates = templates(prog)
-        reference = run(())
+        candidates = templates(prog, self.target)
+        if not candidates:
+            raise ScheduleError(f"schedule='auto': no {self.target} template applies to {prog.stmt}")
+        expected = reference()
         trials: list[tuple[str, float]] = []
         best: tuple[float, tuple[Command, ...]] = (math.inf, ())
         for cand in candidates:
             out = run(cand.commands)
-            if not _same(out, reference):
+            if not _same(out, expected):
                 continue  # never pick a schedule whose result differs
             seconds = _time(lambda: run(cand.commands))
             trials.append((str(cand), seconds))

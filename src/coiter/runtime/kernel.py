@@ -69,7 +69,7 @@ class Kernel:
         self.tuner: AutoTuner | None = None
         if schedule == "auto":
             keys = ";".join(f"{n}={f.to_string()}" for n, f in sorted(formats.items()))
-            self.tuner = AutoTuner(f"{assignment}|{keys}")
+            self.tuner = AutoTuner(f"{assignment}|{keys}|{target}", target)
             schedule = ()
         self.schedule = tuple(schedule)
         # operand names bound to another keyword (the old value of an updated result)
@@ -196,8 +196,11 @@ class Kernel:
             tensors[name] = t
         dtypes = {n: t.dtype for n, t in tensors.items()}
         if commands is None and self.tuner is not None and mode == "fused":
-            commands = self.tuner.schedule(self._program(dtypes, ()), tensors, lambda c: self._run(
-                mode, operands, pattern, result_shape, threads, commands=c))
+            commands = self.tuner.schedule(
+                self._program(dtypes, ()), tensors,
+                lambda c: self._run(mode, operands, pattern, result_shape, threads, commands=c),
+                lambda: Kernel(self.assignment, self.formats, self.dtype, self.aliases)._run(
+                    mode, operands, pattern, result_shape, threads))
         prog = self._program(dtypes, commands)
         if mode != "fused" and prog.commands and prog.tensors[self.result].pattern_of is not None:
             raise FormatError(f"{mode}: the scheduled kernel writes {self.result} in place over "
