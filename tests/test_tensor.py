@@ -655,3 +655,22 @@ def test_result_shape_mismatch_raises_and_stays_pending(fake_runner: list[str]) 
         with pytest.raises(ShapeError, match="A"):
             a.to_numpy()
     assert len(fake_runner) == 2
+
+
+def test_scipy_structure_checked_once_per_matrix(monkeypatch) -> None:
+    """Calling a kernel again on the same SciPy matrix skips the O(nnz) index checks, but a
+    matrix whose values array no longer covers its entries is still refused."""
+    import coiter.tensor as tensor_module
+
+    calls = []
+    original = tensor_module._segments_canonical
+    monkeypatch.setattr(tensor_module, "_segments_canonical", lambda p, c: calls.append(1) or original(p, c))
+    A = sp.random_array((50, 40), density=0.1, format="csr", random_state=3)
+    x = np.arange(40.0)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    for _ in range(3):
+        np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
+    assert len(calls) == 1
+    A.data = A.data[:-1]
+    with pytest.raises(coiter.FormatError, match="values for"):
+        k(A=A, x=x)

@@ -10,6 +10,8 @@ assignment on ``A`` and computes it the first time ``A``'s data is needed.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import itertools
 import math
 import operator
@@ -130,16 +132,42 @@ def _segments_canonical(pos: np.ndarray, crd: np.ndarray) -> bool:
     return bool(rising.all())
 
 
+# Index arrays of SciPy operands checked already (kept alive here, so their memory is not
+# reused): calling a kernel again on the same matrix skips the O(nnz) checks. Like SciPy's
+# own has_canonical_format flag, this trusts that index arrays are not rewritten in place.
+_CHECKED: OrderedDict[tuple, tuple[np.ndarray, np.ndarray, bool]] = OrderedDict()
+_CHECKED_MAX = 32
+
+
+def _checked_structure(pos: np.ndarray, crd: np.ndarray, shape: tuple[int, int], layout: Format,
+                       name: str) -> bool:
+    """Validate a SciPy matrix's ``pos``/``crd`` (FormatError naming ``name``) and return
+    whether its segments are canonical; remembered for the same arrays."""
+    key = (pos.ctypes.data, crd.ctypes.data, pos.shape, crd.shape, pos.dtype.str, shape, layout.ordering)
+    hit = _CHECKED.get(key)
+    if hit is not None and hit[0] is pos and hit[1] is crd:
+        _CHECKED.move_to_end(key)
+        return hit[2]
+    # Check the structure before anything (including SciPy's own C++ routines) indexes with it.
+    loose = Format([Dense(), Compressed(ordered=False, unique=False)], layout.ordering)
+    Storage(loose, shape, ({}, {"pos": pos, "crd": crd}), np.zeros(crd.shape[0])).validate(name)
+    canonical = _segments_canonical(pos, crd)
+    _CHECKED[key] = (pos, crd, canonical)
+    if len(_CHECKED) > _CHECKED_MAX:
+        _CHECKED.popitem(last=False)
+    return canonical
+
+
 def _compressed_storage(m: Any, fmt: Format, name: str) -> Storage:
     """Storage of a SciPy CSR/CSC matrix in ``fmt``, sharing its arrays when possible."""
     layout = csr if m.format == "csr" else csc
     pos, crd = _index_pair(m.indptr, m.indices)
     vals = np.ascontiguousarray(m.data)
     shape = (int(m.shape[0]), int(m.shape[1]))
-    # Check the structure before anything (including SciPy's own C++ routines) indexes with it.
-    loose = Format([Dense(), Compressed(ordered=False, unique=False)], layout.ordering)
-    Storage(loose, shape, ({}, {"pos": pos, "crd": crd}), vals).validate(name)
-    canonical = _segments_canonical(pos, crd)
+    canonical = _checked_structure(pos, crd, shape, layout, name)
+    if vals.ndim != 1 or vals.shape[0] < int(pos[-1]):
+        raise FormatError(f"{name}: {vals.shape[0] if vals.ndim == 1 else vals.shape} values for "
+                          f"{int(pos[-1])} stored entries")
     if canonical and fmt == layout:
         return Storage(layout, shape, ({}, {"pos": pos, "crd": crd}), vals)
     if canonical and fmt in (csr, csc):
