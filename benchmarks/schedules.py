@@ -18,10 +18,9 @@ import os
 import subprocess
 import tempfile
 import sys
-import time
 from pathlib import Path
-from statistics import median
-from typing import Callable
+
+from core import timed  # noqa: E402 - benchmarks/ is on sys.path when run as a script
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MATRICES = ["ego-Twitter-undirected", "USA-road-NE", "cit-HepPh"]
@@ -32,17 +31,6 @@ SPMM = ("split(i,i0,i1,16),pos(j,jpos,A(i,j)),split(jpos,jpos0,jpos1,8),reorder(
 TTV = "fuse(i,j,f),pos(f,fpos,B(i,j,k)),split(fpos,chunk,fpos2,256),reorder(chunk,fpos2,k),parallelize(chunk,CPUThread,NoRaces)"
 MTTKRP = ("split(i,i1,i2,16),reorder(i1,i2,k,l,j),precompute(B(i,k,l)*D(l,j),j,j,w),"
           "parallelize(i1,CPUThread,NoRaces)")
-
-
-def timed(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    out = fn()
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return median(times), out
 
 
 def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
@@ -141,8 +129,10 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
     mttkrp_s = coiter.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": coiter.csf(3)}, schedule=MTTKRP)
     mttkrp_a = coiter.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": coiter.csf(3)}, schedule="auto")
     tensors = [("fb15k-237", coiter.read(data / "tensors" / "fb15k-237.tns.gz"))]
-    if not quick:
-        n = 2_000_000  # a generated power-law tensor over 1M nonzeros
+    if not quick:  # generated tensors over 1M nonzeros: uniform, and power-law (skewed rows)
+        n, dims = 2_000_000, (10000, 1000, 500)
+        crd = np.stack([rng.integers(0, d, n) for d in dims])
+        tensors.append(("uniform 2M", coiter.Tensor.from_coo(crd, rng.random(n), dims)))
         dims = (20000, 20000, 200)
         crd = np.stack([np.minimum((rng.pareto(1.2, n) * 50).astype(np.int64), d - 1) for d in dims])
         tensors.append(("power-law 2M", coiter.Tensor.from_coo(crd, rng.random(n), dims)))
