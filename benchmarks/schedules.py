@@ -8,7 +8,9 @@ on that input at that thread count, in a private autotune store. Each thread cou
 runs in its own process with OMP_NUM_THREADS / MKL_NUM_THREADS set
 before any runtime loads (coiter kernels also get ``threads=``). Every time is the
 median of N calls after warm-up, and every result is checked against scipy/NumPy
-before it counts. Benchmarks are not tests: nothing here asserts a time.
+before it counts. GraphBLAS has no SDDMM: its masked product of the dense factors took over a
+minute per call on cit-HepPh, so it is not run. Benchmarks are not tests: nothing here
+asserts a time.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ SMALL_MATRICES = ["cit-HepPh", "bcsstk33"]  # SpGEMM/SpAdd: A*A stays small
 SPMV_ROWS = "split(i,i0,i1,64),reorder(i0,i1,j),parallelize(i0,CPUThread,NoRaces,dynamic,16)"
 SPMM = ("split(i,i0,i1,16),pos(j,jpos,A(i,j)),split(jpos,jpos0,jpos1,8),reorder(i0,i1,jpos0,k,jpos1),"
         "parallelize(i0,CPUThread,NoRaces),parallelize(k,CPUVector,IgnoreRaces)")
+SDDMM = ("split(i,i0,i1,16),pos(k,kpos,B(i,k)),split(kpos,kpos0,kpos1,8),reorder(i0,i1,kpos0,j,kpos1),"
+         "parallelize(i0,CPUThread,NoRaces),parallelize(kpos1,CPUVector,ParallelReduction)")
 TTV = "fuse(i,j,f),pos(f,fpos,B(i,j,k)),split(fpos,chunk,fpos2,256),reorder(chunk,fpos2,k),parallelize(chunk,CPUThread,NoRaces)"
 MTTKRP = ("split(i,i1,i2,16),reorder(i1,i2,k,l,j),precompute(B(i,k,l)*D(l,j),j,j,w),"
           "parallelize(i1,CPUThread,NoRaces)")
@@ -77,6 +81,7 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
     spmm = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"})
     spmm_s = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, schedule=SPMM)
     sddmm = coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"A": "csr", "B": "csr"})
+    sddmm_s = coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"A": "csr", "B": "csr"}, schedule=SDDMM)
     for name in MATRICES[-1:] if quick else MATRICES:
         A = load(name)
         x = rng.random(A.shape[1])
@@ -98,11 +103,16 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
         record("SpMM", label, "scipy", lambda: A @ B, close(refm))
         if dot_product_mkl:
             record("SpMM", label, "MKL", lambda: dot_product_mkl(A, B), close(refm))
+        if gb:
+            GB = gb.Matrix.from_dense(B)
+            record("SpMM", label, "GraphBLAS", lambda: (GA @ GB).new().to_dense(fill_value=0.0), close(refm))
         C, D = rng.random((A.shape[0], 16)), rng.random((16, A.shape[1]))
         r, c = A.nonzero()
         refs = sp.csr_array((A.data * np.einsum("ij,ji->i", C[r], D[:, c]), (r, c)), shape=A.shape)
         record("SDDMM", label, "coiter default",
                lambda: sddmm(B=A, C=C, D=D, threads=threads).to_scipy(), close(refs))
+        record("SDDMM", label, "coiter scheduled",
+               lambda: sddmm_s(B=A, C=C, D=D, threads=threads).to_scipy(), close(refs))
         record("SDDMM", label, "numpy gather",
                lambda: sp.csr_array((A.data * np.einsum("ij,ji->i", C[r], D[:, c]), (r, c)), shape=A.shape),
                close(refs))
@@ -120,9 +130,14 @@ def worker(threads: int, data: Path, repeat: int, quick: bool) -> list[dict]:
         record("SpGEMM", label, "scipy", lambda: A @ A, close(ref))
         if dot_product_mkl:
             record("SpGEMM", label, "MKL", lambda: dot_product_mkl(A, A), close(ref))
+        if gb:
+            GA, GAt = gb.io.from_scipy_sparse(A), gb.io.from_scipy_sparse(At)
+            record("SpGEMM", label, "GraphBLAS", lambda: gb.io.to_scipy_sparse((GA @ GA).new()), close(ref))
         refa = A + At
         record("SpAdd", label, "coiter default", lambda: spadd(A=A, B=At, threads=threads).to_scipy(), close(refa))
         record("SpAdd", label, "scipy", lambda: A + At, close(refa))
+        if gb:
+            record("SpAdd", label, "GraphBLAS", lambda: gb.io.to_scipy_sparse(GA.ewise_add(GAt).new()), close(refa))
     ttv = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": coiter.csf(3)})
     ttv_s = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": coiter.csf(3)}, schedule=TTV)
     mttkrp = coiter.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": coiter.csf(3)})
