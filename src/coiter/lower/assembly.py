@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..concrete.provenance import Provenance
 from ..concrete.races import races, row_assembly
-from ..concrete.stmt import Forall
+from ..concrete.stmt import Assign, ConcreteProgram, Forall, walk_stmts
+from ..formats.levels.base import LevelNames
+from ..notation.ast import accesses
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Goto, If,
     IRStmt, Label, Load, Pragma, Region, Return, Un, Var, While, add, block, mul,
@@ -25,34 +28,41 @@ from ..ir.nodes import (
 RC = "coiter_rc"
 
 
+def row_region(prog: ConcreteProgram) -> Forall | None:
+    """The outermost loop when it can assemble the rows of a CSR-like result in parallel:
+    the loop walks the result's rows, the schedule parallelizes it (or leaves the default
+    to), nothing but the result and workspaces races, and every operand walked by it can
+    be cut into blocks of rows by binary search."""
+    f = prog.stmt
+    prov = Provenance(prog.env.relations)
+    if not isinstance(f, Forall) or prov.defining(f.var) is not None or not row_assembly(f, prog.tensors):
+        return None
+    explicit = any(isinstance(s, Forall) and s.unit != "NotParallel" for s in walk_stmts(f))
+    if explicit and f.unit != "CPUThread":
+        return None
+    if any(r.role not in ("result", "workspace") for r in races(prov, f, prog.tensors)):
+        return None
+    for s in walk_stmts(f.body):
+        for a in [s.lhs, *accesses(s.rhs)] if isinstance(s, Assign) else []:
+            decl = prog.tensors[a.tensor]
+            if decl.role != "input" or decl.order == 0 or a.indices[decl.format.ordering[0]] != f.var:
+                continue
+            level = decl.format.levels[0]
+            if not (level.full and level.has_locate) and not (
+                    level.ordered and level.unique and not level.has_coord_iter
+                    and level.pos_found(LevelNames(a.tensor, 1), Var("p")) is None):
+                return None
+    return f
+
+
 class ParallelAssembly:
     """Mixin of :class:`coiter.lower.lower.Lowerer`: the row-parallel assembly region."""
 
     def region_loop(self) -> Forall | None:
-        """The outermost loop when it can assemble result rows in parallel: the kernel
-        builds a CSR-like result, the loop walks its rows, the schedule parallelizes it
-        (or leaves the default to), and nothing but the result and workspaces races."""
-        f = self.prog.stmt
-        if self.mode != "fused" or not self.result_allocated or not isinstance(f, Forall):
+        """The outermost loop when this kernel assembles result rows in parallel."""
+        if self.mode != "fused" or not self.result_allocated:
             return None
-        if self.prov.defining(f.var) is not None or not row_assembly(f, self.decls):
-            return None
-        if self.explicit_parallel and f.unit != "CPUThread":
-            return None
-        if any(r.role not in ("result", "workspace") for r in races(self.prov, f, self.decls)):
-            return None
-        # each thread cuts its block of rows out of the walked operands by binary search
-        for a in self._accesses_of(f.body):
-            decl = self.decls[a.tensor]
-            if decl.role != "input" or decl.order == 0 or self.level_var(a, 0) != f.var:
-                continue
-            level = decl.format.levels[0]
-            names = self.names(a.tensor, 0)
-            if not (level.full and level.has_locate) and not (
-                    level.ordered and level.unique and not level.has_coord_iter
-                    and level.pos_found(names, Var("p")) is None):
-                return None
-        return f
+        return row_region(self.prog)
 
     def lower_region(self, f: Forall, scope) -> list[IRStmt]:
         g = self.groups[0]
