@@ -15,7 +15,8 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import coiter
-from coiter.concrete.schedule import parse_commands
+from coiter.concrete.commands import NAMES, parse_commands
+from coiter.concrete.schedule import TRANSFORMS
 from coiter.data import example_path
 from coiter.errors import FormatError, KernelError, ParseError, ScheduleError
 
@@ -355,6 +356,10 @@ def test_sparse_result_blocks_reorder_across_reduction() -> None:
     with pytest.raises(ScheduleError, match="cannot"):
         coiter.compile("A(i,k) = B(i,k) * C(i,j) * D(j,k)", formats={"B": "csr", "C": "csr", "A": "csr"},
                        schedule=SDDMM)
+
+
+def test_every_command_has_a_transformation() -> None:
+    assert set(TRANSFORMS) == set(NAMES)
 
 
 def test_command_string_parse_errors() -> None:

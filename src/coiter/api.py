@@ -5,7 +5,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .concrete.schedule import Command, parse_commands
+from .concrete.commands import Command, parse_commands
 from .concrete.stmt import ConcreteProgram
 from .formats.format import Format, FormatLike, as_format, csf, csr, dense
 from .notation.ast import Access, Add, Assignment, accesses

@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
-from .schedule import Command, apply, parse_commands
+from .commands import Command, parse_commands
+from .schedule import apply
 from .stmt import Assign, ConcreteProgram, Forall, Where, walk_stmts
 
 SPLIT_SIZES = (16, 256)

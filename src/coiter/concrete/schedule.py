@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 from ..errors import ScheduleError
 from ..formats.format import dense
-from ..notation.ast import Access, Add, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses
+from ..notation.ast import Access, Add, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses, rename_index
 from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Split
 from .races import races, row_assembly
+from .commands import Command
 from .stmt import (
     PARALLEL_UNITS, RACE_STRATEGIES, Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt,
     TensorDecl, Where, walk_stmts,
@@ -27,23 +28,6 @@ from .stmt import (
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 # commands that may follow a parallelize (the others assume serial loops)
 _AFTER_PARALLEL = ("parallelize", "unroll")
-
-
-@dataclass(frozen=True)
-class Command:
-    """One scheduling command, printed in TACO's syntax: ``split(i,i0,i1,16)``."""
-
-    name: str
-    args: tuple[Any, ...]
-
-    @staticmethod
-    def make(name: str, args: tuple[Any, ...]) -> Command:
-        if name not in TRANSFORMS:
-            raise ScheduleError(f"unknown scheduling command {name!r}; expected one of {sorted(TRANSFORMS)}")
-        return Command(name, tuple(a.name if isinstance(a, IndexVar) else a for a in args))
-
-    def __str__(self) -> str:
-        return f"{self.name}({','.join(str(a) for a in self.args if a != '')})"
 
 
 def apply(prog: ConcreteProgram, cmd: Command) -> ConcreteProgram:
@@ -515,7 +499,7 @@ def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any,
                             f"{', '.join(sorted(u.name for u in shared & below))}")
     rhs_ws = Access(ws, (v,))
     consumer: Stmt = Assign(target.lhs, _product(rest + [rhs_ws]) if rest else rhs_ws, target.accumulate)
-    producer_expr = _rename(expr, v, vw)
+    producer_expr = rename_index(expr, v, vw)
     producer: Stmt = Assign(Access(ws, (vw,)), producer_expr, True)
     frames = _frames_to(prog.stmt, target, str(cmd))[start:]
     for f, inner in zip(frames, frames[1:] + [target]):
@@ -561,16 +545,6 @@ def _precompute_derived(prog: ConcreteProgram, cmd: Command, expr: Expr, v: Inde
     return _with(prog, stmt, *relations, tensors={**prog.tensors, ws: decl})
 
 
-def _rename(e: Expr, old: IndexVar, new: IndexVar) -> Expr:
-    if isinstance(e, Access):
-        return Access(e.tensor, tuple(new if u == old else u for u in e.indices))
-    if hasattr(e, "a"):
-        return type(e)(_rename(e.a, old, new), _rename(e.b, old, new))
-    if hasattr(e, "operand"):
-        return type(e)(_rename(e.operand, old, new))
-    return e
-
-
 def _frames_to(s: Stmt, target: Assign, why: str) -> list[Forall]:
     """The loops enclosing ``target``, which must form a perfect nest below where the
     precomputation goes."""
@@ -604,52 +578,6 @@ def _replace_at(s: Stmt, old: Stmt, new: Stmt) -> Stmt:
     if isinstance(s, (Where, Sequence, Multi)):
         return type(s)(*(_replace_at(c, old, new) for c in _children(s)))
     return s
-
-
-def _split_args(text: str) -> list[str]:
-    """Split ``text`` at commas outside parentheses and braces."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "({":
-            depth += 1
-        elif ch in ")}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
-    return out
-
-
-def parse_commands(text: str) -> tuple[Command, ...]:
-    """TACO's command string, e.g. ``"split(i,i0,i1,16),reorder(i0,i1,j),
-    parallelize(i0,CPUThread,NoRaces)"``, as commands."""
-    commands: list[Command] = []
-    rest = text.strip()
-    while rest:
-        m = re.match(r"([A-Za-z_]+)\s*\(", rest)
-        if not m:
-            raise ScheduleError(f"schedule {text!r}: expected a command such as split(...) at {rest!r}")
-        depth, end = 0, None
-        for n, ch in enumerate(rest[m.end() - 1:], m.end() - 1):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0:
-                end = n
-                break
-        if end is None:
-            raise ScheduleError(f"schedule {text!r}: unbalanced parentheses in {rest!r}")
-        args = _split_args(rest[m.end():end].replace("{", "").replace("}", ""))
-        commands.append(Command.make(m.group(1), tuple(int(a) if a.isdigit() else a for a in args)))
-        rest = rest[end + 1:].strip()
-        if rest.startswith(","):
-            rest = rest[1:].strip()
-        elif rest:
-            raise ScheduleError(f"schedule {text!r}: expected ',' between commands at {rest!r}")
-    return tuple(commands)
 
 
 TRANSFORMS: dict[str, Callable[..., ConcreteProgram]] = {

@@ -149,7 +149,8 @@ class ConcreteProgram:
 
     # -- the scheduling language, chained: ``prog.split(i, i0, i1, 16).reorder(...)`` ------
     def _apply(self, name: str, *args: Any) -> ConcreteProgram:
-        from .schedule import Command, apply
+        from .commands import Command
+        from .schedule import apply
 
         return apply(self, Command.make(name, args))
 

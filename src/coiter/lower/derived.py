@@ -30,28 +30,18 @@ from ..ir.nodes import (
     Assign as IRAssign, Bin, Break, Const, Decl, If, IRExpr, IRStmt, Min, Var, While,
     add, block, conj, lt, mul,
 )
-from ..notation.ast import Access, BinaryExpr, IndexVar, Neg
+from ..notation.ast import Access, IndexVar, rename_index
 
 
 def _renamed(s: Stmt, old: IndexVar, new: IndexVar) -> Stmt:
     """``s`` with index variable ``old`` replaced by ``new`` in its assignments."""
     if isinstance(s, Assign):
-        return Assign(_renamed_expr(s.lhs, old, new), _renamed_expr(s.rhs, old, new), s.accumulate)
+        return Assign(rename_index(s.lhs, old, new), rename_index(s.rhs, old, new), s.accumulate)
     if isinstance(s, Forall):
         return replace(s, body=_renamed(s.body, old, new))
     if isinstance(s, Where):
         return Where(_renamed(s.consumer, old, new), _renamed(s.producer, old, new))
     raise ScheduleError(f"a precomputed loop over {old} holds {type(s).__name__}")
-
-
-def _renamed_expr(e, old: IndexVar, new: IndexVar):
-    if isinstance(e, Access):
-        return Access(e.tensor, tuple(new if u == old else u for u in e.indices))
-    if isinstance(e, BinaryExpr):
-        return type(e)(_renamed_expr(e.a, old, new), _renamed_expr(e.b, old, new))
-    if isinstance(e, Neg):
-        return Neg(_renamed_expr(e.operand, old, new))
-    return e
 
 
 def _sub(a: IRExpr, b: IRExpr) -> IRExpr:

@@ -190,3 +190,16 @@ def index_vars_of(e: Expr) -> list[IndexVar]:
         if isinstance(n, Reduction):
             seen.setdefault(n.var, None)
     return list(seen)
+
+
+def rename_index(e: Expr, old: IndexVar, new: IndexVar) -> Expr:
+    """``e`` with index variable ``old`` replaced by ``new`` in every access."""
+    if isinstance(e, Access):
+        return Access(e.tensor, tuple(new if u == old else u for u in e.indices), e.source)
+    if isinstance(e, BinaryExpr):
+        return type(e)(rename_index(e.a, old, new), rename_index(e.b, old, new))
+    if isinstance(e, Neg):
+        return Neg(rename_index(e.operand, old, new))
+    if isinstance(e, Reduction):
+        return Reduction(e.var, rename_index(e.body, old, new))
+    return e

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..concrete.autoschedule import templates
-from ..concrete.schedule import Command, parse_commands
+from ..concrete.commands import Command, parse_commands
 from ..concrete.stmt import ConcreteProgram
 from ..errors import ScheduleError
 from .compiler import cache_dir

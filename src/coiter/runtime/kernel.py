@@ -14,7 +14,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..concrete.concretize import concretize
-from ..concrete.schedule import Command, apply as apply_command
+from ..concrete.commands import Command
+from ..concrete.schedule import apply as apply_command
 from ..concrete.stmt import ConcreteProgram
 from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
