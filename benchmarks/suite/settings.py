@@ -1,0 +1,62 @@
+"""What one benchmark run measures: the parsed command line plus the size and time limits
+of its mode (full or ``--quick``), passed to every worker process as JSON."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
+DEFAULT_OUT = REPO_ROOT / "docs" / "benchmarks"
+
+# Real inputs of the quick mode: small, and between them one general real-valued matrix,
+# one pattern matrix, one rectangular matrix, an order-3 and an order-5 tensor.
+QUICK_MATRICES = ("lp_ship04l", "add32", "ex6")
+QUICK_TENSORS = ("collegemsg-day", "jf17k-4ary")
+
+
+@dataclass
+class Settings:
+    """Everything a worker needs to reproduce the measurements of one run."""
+
+    quick: bool
+    kernels: list[str]
+    threads: list[int]
+    peers: list[str]
+    out_dir: str
+    data_dir: str | None = None  # None: generated inputs only
+    inputs: list[str] = field(default_factory=list)  # name filters; empty = all
+    gen_size: int = 250_000  # rows of generated matrices; generated tensors scale with it
+    gen_row_nnz: int = 8  # mean nonzeros per row of generated matrices
+    rank: int = 16  # dense columns of SpMM, SDDMM, TTM and MTTKRP
+    spmspv_density: float = 0.1  # fraction of nonzeros in SpMSpV's sparse vector
+    min_runs: int = 5
+    max_runs: int = 50
+    case_budget_s: float = 0.25  # timed seconds aimed at per (kernel, input), all systems
+    slow_limit_s: float = 1.0  # a system whose checked call is slower is not timed
+    call_timeout_s: float = 10.0  # a first call still running then is abandoned
+    spgemm_flops_limit: float = 2e7  # multiply-adds of A*B above which SpGEMM is skipped
+    dense_bytes_limit: float = 200e6  # NumPy dense runs only when its arrays fit in this
+    dense_flops_limit: float = 2e10  # ...and its dense arithmetic is at most this
+    stream_elements: int = 1 << 25  # doubles per STREAM array (256 MiB, far above any cache)
+    stream_reps: int = 10
+
+    @classmethod
+    def for_mode(cls, quick: bool, **given: object) -> Settings:
+        """Settings of the full or the quick mode; ``given`` overrides (None = default)."""
+        limits: dict[str, object] = {}
+        if quick:
+            # small inputs and short timings: the quick mode checks correctness, not speed
+            limits = dict(gen_size=2_000, max_runs=10, case_budget_s=0.02, slow_limit_s=0.5,
+                          call_timeout_s=5.0,
+                          stream_elements=1 << 23, stream_reps=4)
+        limits.update({k: v for k, v in given.items() if v is not None})
+        return cls(quick=quick, **limits)  # type: ignore[arg-type]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        return cls(**json.loads(text))

@@ -1,0 +1,68 @@
+"""Timing method: each system's checked call is its warm-up; then the systems of a case
+are called round-robin (so a load change on the shared machine hits all of them alike)
+with the garbage collector off, at least ``min_runs`` times each; the median, minimum and
+maximum are kept with every raw time."""
+from __future__ import annotations
+
+import gc
+import math
+import time
+from dataclasses import asdict, dataclass
+from statistics import median
+from typing import Any, Callable
+
+
+@dataclass
+class Timing:
+    median_s: float
+    min_s: float
+    max_s: float
+    runs: int
+    times_s: list[float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def timed_call(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``fn()`` and its wall time in seconds."""
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def round_robin(calls: dict[str, Callable[[], Any]], first_s: dict[str, float], budget_s: float,
+                min_runs: int, max_runs: int) -> dict[str, Timing]:
+    """Time ``calls``, already warmed up by calls that took ``first_s``; the number of
+    rounds aims at ``budget_s`` seconds in all, between ``min_runs`` and ``max_runs``."""
+    per_round = sum(first_s[name] for name in calls)
+    rounds = max(min_runs, min(max_runs, math.ceil(budget_s / per_round) if per_round > 0 else max_runs))
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    gc.collect()
+    gc.disable()  # a collection inside one timed call would land on whichever system ran
+    try:
+        for _ in range(rounds):
+            for name, fn in calls.items():
+                times[name].append(timed_call(fn)[1])
+    finally:
+        gc.enable()
+    return {name: Timing(median(ts), min(ts), max(ts), len(ts), ts) for name, ts in times.items()}
+
+
+def per_call(fn: Callable[[], Any], batch: int, batches: int) -> Timing:
+    """Per-call time of a very short call: ``batches`` batches of ``batch`` calls, each
+    batch's mean a sample (a single call is too short for the clock)."""
+    for _ in range(batch):
+        fn()
+    samples = []
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(batches):
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            samples.append((time.perf_counter() - t0) / batch)
+    finally:
+        gc.enable()
+    return Timing(median(samples), min(samples), max(samples), batches * batch, samples)
