@@ -22,7 +22,6 @@ for _var in THREAD_VARIABLES:
     os.environ[_var] = "1"
 
 import platform  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -31,6 +30,8 @@ from typing import Any, Callable, Mapping, Sequence  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402
+
+from suite.environment import command_output, cpu_model  # noqa: E402 - shared with the suite
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -173,24 +174,6 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(out)
 
 
-def _command_output(cmd: Sequence[str]) -> str | None:
-    """Stripped stdout of ``cmd`` run in the repository root; None when it fails."""
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=10, cwd=REPO_ROOT)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return res.stdout.strip() if res.returncode == 0 else None
-
-
-def cpu_model() -> str:
-    """CPU model name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def machine_info(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -204,11 +187,11 @@ def machine_info(extra: dict[str, str] | None = None) -> dict[str, str]:
                 mem = f"{int(line.split()[1]) / 2**20:.1f} GiB"
     except OSError:
         pass
-    commit = _command_output(["git", "rev-parse", "--short", "HEAD"]) or "?"
-    if _command_output(["git", "--no-optional-locks", "status", "--porcelain", "src"]):
+    commit = command_output(["git", "rev-parse", "--short", "HEAD"]) or "?"
+    if command_output(["git", "--no-optional-locks", "status", "--porcelain", "src"]):
         commit += " + uncommitted changes in src/"
     cc = os.environ.get("CC", "cc")
-    cc_version = (_command_output([cc, "--version"]) or "?").splitlines()[0]
+    cc_version = (command_output([cc, "--version"]) or "?").splitlines()[0]
     info = {
         "cpu": f"{cpu_model()} ({os.cpu_count()} logical CPUs), {mem} RAM",
         "os": platform.platform(),

@@ -28,7 +28,8 @@ def thread_env(threads: int, base: dict[str, str] | None = None) -> dict[str, st
     return env
 
 
-def _output(cmd: list[str]) -> str | None:
+def command_output(cmd: list[str]) -> str | None:
+    """Stripped stdout of ``cmd`` run in the repository root; None when it fails."""
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=10, cwd=REPO_ROOT)
     except (OSError, subprocess.SubprocessError):
@@ -37,6 +38,7 @@ def _output(cmd: list[str]) -> str | None:
 
 
 def cpu_model() -> str:
+    """CPU model name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -82,9 +84,9 @@ def versions() -> dict[str, str]:
 
 def describe() -> dict[str, Any]:
     """CPU, memory, OS, compiler, library versions and git commit of this run."""
-    commit = _output(["git", "rev-parse", "HEAD"]) or "unknown"
+    commit = command_output(["git", "rev-parse", "HEAD"]) or "unknown"
     # --no-optional-locks: only read, never refresh the index another process may be using
-    dirty = _output(["git", "--no-optional-locks", "status", "--porcelain", "--", "src"])
+    dirty = command_output(["git", "--no-optional-locks", "status", "--porcelain", "--", "src"])
     cc = os.environ.get("CC", "cc")
     return {
         "cpu": cpu_model(),
@@ -93,7 +95,7 @@ def describe() -> dict[str, Any]:
         "memory_gib": _meminfo_gib(),
         "os": platform.platform(),
         "python": sys.version.split()[0],
-        "compiler": (_output([cc, "--version"]) or "unknown").splitlines()[0],
+        "compiler": (command_output([cc, "--version"]) or "unknown").splitlines()[0],
         "cflags": os.environ.get("CFLAGS", "coiter default"),
         "git_commit": commit,
         "src_uncommitted_changes": bool(dirty),
