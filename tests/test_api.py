@@ -69,7 +69,7 @@ def test_int64_index_arrays() -> None:
     k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": coiter.csr})
     k(A=t, x=x)
     k(A=coiter.Tensor.from_scipy(A), x=x)
-    assert "const int64_t* restrict A2_pos" in "".join(v.source for v in k._variants.values())
+    assert "const int64_t* restrict A2_pos" in "".join(v.source for v in k.core.variants())
 
 
 def test_shape_error_names_variable_and_sizes() -> None:

@@ -19,7 +19,7 @@ from .formats.io import read, write
 from .notation.ast import Assignment, IndexVar
 from .notation.dsl import index_vars
 from .notation.parser import parse
-from .runtime.kernel import Kernel
+from .kernel import Kernel
 from .tensor import Tensor
 
 __version__ = "0.1.0"

@@ -11,14 +11,20 @@ from .formats.format import Format, FormatLike, as_format, csf, csr, dense
 from .notation.ast import Access, Add, Assignment, accesses
 from .notation.einsum import parse_einsum
 from .notation.parser import parse
+from .kernel import Kernel
 from .operands import as_tensor
-from .runtime.kernel import Kernel
+from .runtime.kernel import StorageKernel
 from .tensor import Tensor
 
 AssignmentLike = str | Assignment
 ScheduleLike = str | Sequence[Command] | ConcreteProgram | None  # or "auto"
 
 _kernels: dict[tuple, Kernel] = {}
+# The kernel that last ran an evaluate()/einsum() call, keyed by the call's spelling: the
+# next call with the same spelling tries its C call plan first, which accepts only operands
+# of the formats and types that kernel was compiled for (so it is the kernel _kernel_for would pick).
+_last: dict[tuple, Kernel] = {}
+_LAST_MAX = 256
 
 
 def _as_assignment(a: AssignmentLike) -> Assignment:
@@ -98,7 +104,7 @@ def compile(
     commands = "auto" if schedule == "auto" else _commands(schedule)
     if target not in ("c", "cuda"):
         raise ValueError(f"target must be 'c' or 'cuda', got {target!r}")
-    kernel = Kernel(a, fmts, np.dtype(dtype or np.float64), aliases, commands, target)
+    kernel = Kernel(StorageKernel(a, fmts, np.dtype(dtype or np.float64), aliases, commands, target))
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel
@@ -135,13 +141,46 @@ def evaluate(
 
     ``out_shape`` is only needed when no operand sizes a result index (``A(i,j) = 0``).
     """
+    spelling = _spelling(assignment, out_format) if out_shape is None else None
+    if spelling is not None:
+        out = _call_last(spelling, operands)
+        if out is not None:
+            return out
     a = _as_assignment(assignment)
     tensors = {n: as_tensor(v, name=n) for n, v in operands.items()}
-    return _run(a, tensors, out_format, out_shape)
+    kernel = _kernel_for(a, tensors, out_format)
+    if spelling is not None:
+        _remember(spelling, kernel)
+    return kernel.run(tensors, out_shape)
 
 
-def _run(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
-         out_shape: tuple[int, ...] | None = None) -> Tensor:
+def _spelling(assignment: Any, out_format: Any) -> tuple | None:
+    """The key of a call's spelling when it is hashable and cheap (strings)."""
+    if type(assignment) is str and (out_format is None or type(out_format) is str):
+        return (assignment, out_format)
+    return None
+
+
+def _call_last(spelling: tuple, operands: dict[str, Any]) -> Tensor | None:
+    """The result of the last kernel used for ``spelling`` through its C call plan, or None
+    when that does not apply."""
+    kernel = _last.get(spelling)
+    plan = kernel._plan if kernel is not None else None
+    if plan is None:
+        return None
+    out = plan(operands, None)
+    return None if out is NotImplemented else out
+
+
+def _remember(spelling: tuple, kernel: Kernel) -> None:
+    if len(_last) >= _LAST_MAX:
+        _last.pop(next(iter(_last)))
+    _last[spelling] = kernel
+
+
+def _kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
+                ) -> Kernel:
+    """The cached kernel of ``a`` for the operands' formats and ``out_format``."""
     order = len(a.lhs.indices)
     rhs_names = [x.tensor for x in accesses(a.rhs) if x.tensor in tensors]
     if out_format is None:
@@ -155,14 +194,27 @@ def _run(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | 
     if kernel is None:
         kernel = compile(a, formats)
         _kernels[key] = kernel
-    return kernel.run(tensors, out_shape)
+    return kernel
+
+
+_OPERAND_NAMES = tuple(f"T{n}" for n in range(64))  # einsum's n-th operand
 
 
 def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None) -> Tensor:
     """NumPy-style einsum (``"ij,j->i"``) over Tensors, arrays and SciPy matrices."""
-    tensors = [as_tensor(op, name=f"T{n}") for n, op in enumerate(operands)]
-    a = parse_einsum(subscripts, len(tensors), [t.order for t in tensors])
-    return _run(a, {f"T{n}": t for n, t in enumerate(tensors)}, out_format)
+    names = _OPERAND_NAMES[: len(operands)] if len(operands) <= len(_OPERAND_NAMES) else \
+        tuple(f"T{n}" for n in range(len(operands)))
+    spelling = _spelling(subscripts, out_format)
+    if spelling is not None:
+        out = _call_last((*spelling, len(operands)), dict(zip(names, operands)))
+        if out is not None:
+            return out
+    tensors = {n: as_tensor(op, name=n) for n, op in zip(names, operands)}
+    a = parse_einsum(subscripts, len(tensors), [t.order for t in tensors.values()])
+    kernel = _kernel_for(a, tensors, out_format)
+    if spelling is not None:
+        _remember((*spelling, len(operands)), kernel)
+    return kernel.run(tensors)
 
 
 def run_assignment(assignment: Assignment, out_format: FormatLike | None, out_dtype: Any = None):
@@ -174,5 +226,5 @@ def run_assignment(assignment: Assignment, out_format: FormatLike | None, out_dt
         tensors[x.tensor] = x.source
     if assignment.lhs.tensor in tensors or assignment.accumulate:
         tensors[assignment.lhs.tensor] = assignment.lhs.source
-    result = _run(assignment, tensors, out_format, assignment.lhs.source.shape)
-    return result.storage
+    kernel = _kernel_for(assignment, tensors, out_format)
+    return kernel.run(tensors, assignment.lhs.source.shape).storage

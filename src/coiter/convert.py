@@ -15,27 +15,28 @@
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .formats.format import Format, coo
 from .formats.storage import Storage
 from .notation.ast import Access, Assignment, IndexVar
 
-_copy_kernels: dict[tuple[Format, Format], object] = {}
+_copy_kernels: dict[tuple[Format, Format], Any] = {}
 
 
 def _copy(storage: Storage, fmt: Format) -> Storage:
-    from .runtime.kernel import Kernel
-    from .tensor import Tensor
+    from .runtime.kernel import StorageKernel
 
     key = (storage.format, fmt)  # not format strings: those do not show e.g. unordered levels
     kernel = _copy_kernels.get(key)
     if kernel is None:
         idx = tuple(IndexVar(f"i{m}") for m in range(fmt.order))
         asg = Assignment(Access("dst", idx), Access("src", idx))
-        kernel = Kernel(asg, {"src": storage.format, "dst": fmt}, storage.vals.dtype)
+        kernel = StorageKernel(asg, {"src": storage.format, "dst": fmt}, storage.vals.dtype)
         _copy_kernels[key] = kernel
-    return kernel(src=Tensor._wrap(storage, name="src")).storage  # type: ignore[attr-defined]
+    return kernel.run({"src": storage})[0]
 
 
 def _sorted_coo(storage: Storage, ordering: tuple[int, ...]) -> Storage:

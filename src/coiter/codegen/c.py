@@ -9,6 +9,12 @@ from ..ir.nodes import (
     IRStmt, Load, Max, Min, Param, Pragma, Return, Select, Un, Var, While,
 )
 
+# Parallel regions get one thread per this many units of work (stored values read or written
+# by the call) when the caller does not ask for a thread count: below about 30k values per
+# thread a 2-thread CSR SpMV gains nothing on this project's machines, and on a busy machine
+# it loses (docs/performance.md).
+WORK_PER_THREAD = 32768
+
 PREAMBLE = """\
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,14 +25,24 @@ PREAMBLE = """\
 #define COITER_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define COITER_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define COITER_INDEX_MAX {index_max}
+#define COITER_WORK_PER_THREAD {work_per_thread}
 #ifdef _OPENMP
 #include <omp.h>
-#define COITER_THREADS(n) ((n) > 0 ? (int)(n) : omp_get_max_threads())
+/* threads of a parallel region: the n requested, or (n = 0) OpenMP's default limited to one
+   thread per COITER_WORK_PER_THREAD units of work (values the call reads and writes): a
+   region costs microseconds, and a thread waiting for a busy core much more */
+static inline int coiter_threads(int64_t n, int64_t work) {{
+  if (n > 0) return (int)n;
+  int64_t most = work / COITER_WORK_PER_THREAD, t = omp_get_max_threads();
+  return (int)(most < 1 ? 1 : (most < t ? most : t));
+}}
 #define COITER_THREAD_NUM() omp_get_thread_num()
 #else
-#define COITER_THREADS(n) 1
+static inline int coiter_threads(int64_t n, int64_t work) {{ (void)n; (void)work; return 1; }}
 #define COITER_THREAD_NUM() 0
 #endif
+/* every kernel has the parameters coiter_nthreads and coiter_work */
+#define COITER_THREADS() coiter_threads(coiter_nthreads, coiter_work)
 
 /* realloc that zero-fills the new tail, so grown arrays behave as if calloc'ed */
 static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{
@@ -322,6 +338,22 @@ def function(fn: Function) -> str:
     return "\n".join(lines)
 
 
+def packed_entry(fn: Function, returns: str = "int") -> str:
+    """``<name>_packed(const int64_t* args)``: ``fn`` with every parameter (integers and
+    pointers, all 64 bits wide) read from one array, so callers pass a single pointer."""
+    args = ",\n      ".join(f"({_param_type(p)})coiter_args[{n}]" if not p.pointers else
+                            f"({_param_type(p)})(intptr_t)coiter_args[{n}]"
+                            for n, p in enumerate(fn.params))
+    return (f"{returns} {fn.name}_packed(const int64_t* coiter_args) {{\n"
+            f"  return {fn.name}(\n      {args});\n}}")
+
+
+def _param_type(p: Param) -> str:
+    return f"{'const ' if p.const else ''}{p.ctype}{'*' * p.pointers}"
+
+
 def module(functions: list[Function], index_max: str) -> str:
-    """A complete C translation unit holding ``functions``."""
-    return PREAMBLE.format(index_max=index_max) + "\n" + "\n\n".join(function(f) for f in functions) + "\n"
+    """A complete C translation unit holding ``functions`` and their packed entry points."""
+    parts = [function(f) + "\n\n" + packed_entry(f) for f in functions]
+    preamble = PREAMBLE.format(index_max=index_max, work_per_thread=WORK_PER_THREAD)
+    return preamble + "\n" + "\n\n".join(parts) + "\n"

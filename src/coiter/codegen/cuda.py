@@ -27,7 +27,7 @@ from ..ir.nodes import (
 )
 from ..ir.visit import assigned, children, declared, exprs, names, subexprs, used, walk
 from ..lower.lower import KernelIR
-from .c import function
+from .c import function, packed_entry
 
 WARP = 32
 MAX_BLOCK = 1024  # threads per block
@@ -134,7 +134,8 @@ def module(ir: KernelIR, formats: Mapping[str, Format], index_max: str) -> str:
         [_host(s) for s in post],
     ), returns='extern "C" int')
     preamble = PREAMBLE.format(index_max=index_max, warp=WARP, error=CUDA_ERROR)
-    return f"{preamble}\n{function(device)}\n\n{function(host)}\n"
+    packed = packed_entry(host, returns='extern "C" int')
+    return f"{preamble}\n{function(device)}\n\n{function(host)}\n\n{packed}\n"
 
 
 def _split(fn: Function) -> tuple[list[IRStmt], For, list[IRStmt]]:

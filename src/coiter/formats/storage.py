@@ -25,6 +25,20 @@ def choose_index_dtype(shape: tuple[int, ...], nnz: int) -> np.dtype:
     return np.dtype(np.int32) if biggest < INT32_MAX else np.dtype(np.int64)
 
 
+_signatures: dict[tuple, int] = {}
+
+
+def signature_id(fmt: Format, vtype: np.dtype, itype: np.dtype | None) -> int:
+    """A small integer naming (format, value type, index type): what a compiled kernel
+    variant assumes of an operand. ``itype`` is ignored for formats without index arrays."""
+    has_arrays = any(level.arrays for level in fmt.levels)
+    key = (fmt, np.dtype(vtype), np.dtype(itype) if has_arrays and itype is not None else None)
+    sig = _signatures.get(key)
+    if sig is None:
+        sig = _signatures.setdefault(key, len(_signatures) + 1)
+    return sig
+
+
 @dataclass(frozen=True, eq=False)
 class Storage:
     format: Format
@@ -57,6 +71,20 @@ class Storage:
                for name, a in arrays.items()}
         out[(-1, "vals")] = self.vals.ctypes.data
         return out
+
+    @cached_property
+    def _cargs(self) -> bytes:
+        """This storage as kernel arguments, int64 words: its signature id (see
+        :func:`signature_id`), the shape, every level's dimension, the address of every
+        level array (levels outermost first, each level's ``arrays`` in order), the address
+        of the values and their count. Read by the C call path."""
+        addresses = self.addresses
+        pointers = [addresses[(k, name)] for k, level in enumerate(self.format.levels)
+                    for name in level.arrays]
+        sig = signature_id(self.format, self.vals.dtype, self.index_dtype)
+        words = [sig, *self.shape, *self.level_dims, *pointers, addresses[(-1, "vals")],
+                 self.vals.shape[0]]
+        return np.array(words, dtype=np.int64).tobytes()
 
     def level_sizes(self) -> list[int]:
         """Positions per level, outermost first (no validation)."""

@@ -82,7 +82,7 @@ class ParallelAssembly:
 
         out: list[IRStmt] = [Comment("rows in parallel: per-thread buffers, merged in row order"),
                              Decl("int", RC, Const(0)),
-                             Decl("int64_t", nt, Call("COITER_THREADS", (Var("coiter_nthreads"),)))]
+                             Decl("int64_t", nt, Call("COITER_THREADS", ()))]
         for name, ctype in arrays + [(counts, "int64_t")]:
             table = parts.get(name, counts)
             elt = "int64_t" if table == counts else f"{ctype}*"

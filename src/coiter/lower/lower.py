@@ -57,9 +57,11 @@ TARGETS = ("c", "cuda")
 # Rows vary in cost (sparse rows): threads take chunks of rows as they finish; chunks are
 # large because a row of a sparse matrix is little work.
 DEFAULT_CHUNKING = "dynamic, 1024"
-# the thread count: the kernel's argument, or OpenMP's default (OMP_NUM_THREADS) when 0
+# the thread count: the kernel's argument, or OpenMP's default (OMP_NUM_THREADS) when 0,
+# limited by the call's work (the stored values it reads and writes, computed by the caller)
 THREADS_PARAM = "coiter_nthreads"
-NUM_THREADS = f"num_threads(COITER_THREADS({THREADS_PARAM}))"
+WORK_PARAM = "coiter_work"
+NUM_THREADS = "num_threads(COITER_THREADS())"
 BOUND_ERROR = 3  # kernel return code: a bound() promise does not hold
 LOCAL_TEMP = 256  # precomputed workspaces of at most this many values live on the stack
 
@@ -82,7 +84,7 @@ class ParamSpec:
     """One C parameter and where its value comes from at call time."""
 
     # "dim" | "array" | "vals" | "shared_vals" (values over operand ``array``'s pattern) |
-    # "out" | "out_len" | "cap_hint" | "threads"
+    # "out" | "out_len" | "cap_hint" | "threads" | "work"
     kind: str
     tensor: str
     level: int = -1  # 0-based storage level for "dim"/"array"
@@ -505,7 +507,7 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         whole = f"{vals}_all" if self.parallel_depth else vals
         if whole not in self.used:
             self.used.add(whole)
-            copies = Var("COITER_THREADS(coiter_nthreads)") if self.parallel_depth else Const(1)
+            copies = Call("COITER_THREADS", ()) if self.parallel_depth else Const(1)
             self.temp_allocs.append(Decl(f"{vt}*", whole, Cast(f"{vt}*", Call("calloc", (
                 mul(copies, self._slice(size)), Call("sizeof", (Var(vt),)))))))
             self.temp_allocs.append(If(Un("!", Var(whole)), block(Return(Const(1)))))
@@ -766,12 +768,18 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         return out
 
     def _for(self, f: Forall, var: str, lo: IRExpr, hi: IRExpr, body: list[IRStmt], scope: Scope,
-             parallel: bool = True) -> For:
+             parallel: bool = True) -> IRStmt:
         """The loop of ``f`` over ``var`` in ``[lo, hi)``: its OpenMP pragma (unless it may
-        not run in parallel), unroll factor, and GPU unit for the CUDA back end."""
+        not run in parallel), unroll factor, and GPU unit for the CUDA back end. A parallel
+        loop comes with a serial copy for calls that run on one thread: entering an OpenMP
+        region costs more than a small call's whole work."""
         pragma = self._loop_pragma(f, scope, body) if parallel else None
         unit = f.unit if f.unit.startswith("GPU") else ""
-        return For(var, "int64_t", lo, hi, block(body), pragma, f.unroll, unit)
+        loop = For(var, "int64_t", lo, hi, block(body), pragma, f.unroll, unit)
+        if pragma is None or not pragma.startswith("omp parallel"):
+            return loop
+        serial = For(var, "int64_t", lo, hi, block(body), None, f.unroll, unit)
+        return If(Bin(">", Call("COITER_THREADS", ()), Const(1)), block(loop), block(serial))
 
     def _loop_pragma(self, f: Forall, scope: Scope, body: list[IRStmt]) -> str | None:
         """The OpenMP pragma for the loop of ``f``: its schedule's parallel unit and race
@@ -1181,9 +1189,9 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         for g in self.groups:
             prologue.append(Decl("int64_t", g.counter, Const(0)))
         prologue += self._bound_checks()
-        params.append(ParamSpec("threads", ""))
-        cparams.append(Param("int64_t", THREADS_PARAM))
-        self.used.add(THREADS_PARAM)
+        params += [ParamSpec("threads", ""), ParamSpec("work", "")]
+        cparams += [Param("int64_t", THREADS_PARAM), Param("int64_t", WORK_PARAM)]
+        self.used.update({THREADS_PARAM, WORK_PARAM})
         body = self.lower(self.prog.stmt, Scope())
         prologue += self.temp_allocs
         epilogue: list[IRStmt] = list(self.temp_frees)

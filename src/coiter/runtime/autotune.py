@@ -22,6 +22,7 @@ from ..concrete.autoschedule import templates
 from ..concrete.commands import Command, parse_commands
 from ..concrete.stmt import ConcreteProgram
 from ..errors import ScheduleError
+from ..formats.storage import Storage
 from .compiler import cache_dir
 
 REPEAT = 3
@@ -29,14 +30,14 @@ REPEAT = 3
 RTOL, ATOL = 1e-9, 1e-12
 
 
-def size_class(tensors: Mapping[str, Any]) -> str:
+def size_class(storages: Mapping[str, Storage]) -> str:
     """Operand value types and sizes rounded to powers of two: schedules tuned on one
     input carry over to inputs of about the same size."""
     parts = []
-    for name in sorted(tensors):
-        t = tensors[name]
-        nnz = getattr(t, "nnz", 0)
-        parts.append(f"{name}:{t.dtype}:{'x'.join(str(round(math.log2(d + 1))) for d in t.shape)}:{round(math.log2(nnz + 1))}")
+    for name in sorted(storages):
+        t = storages[name]
+        nnz = t.nnz
+        parts.append(f"{name}:{t.vals.dtype}:{'x'.join(str(round(math.log2(d + 1))) for d in t.shape)}:{round(math.log2(nnz + 1))}")
     return ",".join(parts)
 
 
@@ -65,11 +66,11 @@ def _save(key: str, value: str) -> None:
     os.replace(tmp, path)
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: Storage, b: Storage) -> bool:
     if a.shape != b.shape:
         return False
-    ca, va = a.storage.to_coords()
-    cb, vb = b.storage.to_coords()
+    ca, va = a.to_coords()
+    cb, vb = b.to_coords()
     keep_a, keep_b = va != 0, vb != 0  # explicit zeros do not count
     order_a = np.lexsort(ca[:, keep_a][::-1]) if ca.size else np.zeros(0, np.int64)
     order_b = np.lexsort(cb[:, keep_b][::-1]) if cb.size else np.zeros(0, np.int64)
@@ -96,13 +97,13 @@ class AutoTuner:
         self.winners: dict[str, tuple[Command, ...]] = {}
         self.trials: dict[str, list[tuple[str, float]]] = {}  # size class -> (schedule, seconds)
 
-    def schedule(self, prog: ConcreteProgram, tensors: Mapping[str, Any],
-                 run: Callable[[tuple[Command, ...]], Any],
-                 reference: Callable[[], Any]) -> tuple[Command, ...]:
-        """The best commands for ``tensors``' size class; ``run(commands)`` computes the
-        kernel with a schedule, ``reference()`` with the default schedule on the CPU.
-        Searches only on the first call per size class."""
-        cls = size_class(tensors)
+    def schedule(self, prog: ConcreteProgram, storages: Mapping[str, Storage],
+                 run: Callable[[tuple[Command, ...]], Storage],
+                 reference: Callable[[], Storage]) -> tuple[Command, ...]:
+        """The best commands for the operand ``storages``' size class; ``run(commands)``
+        computes the kernel with a schedule, ``reference()`` with the default schedule on
+        the CPU. Searches only on the first call per size class."""
+        cls = size_class(storages)
         if cls in self.winners:
             return self.winners[cls]
         stored = _load().get(f"{self.key}|{cls}")

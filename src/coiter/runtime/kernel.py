@@ -1,29 +1,32 @@
-"""Compiled kernels: bind operands to a generated C function and wrap its result.
+"""Compiled kernels over Storages: concretize, schedule, lower, compile and invoke.
 
-A :class:`Kernel` is compiled once per assignment and formats; concrete variants
-specialised on value and index types are generated, compiled and cached on
-first use.
+A :class:`StorageKernel` is compiled once per assignment and formats; concrete variants
+specialised on value and index types are generated, compiled and cached on first use.
+It computes a result :class:`~coiter.formats.storage.Storage` from operand Storages; the
+user-facing :class:`coiter.Kernel` turns Tensors, arrays and SciPy matrices into those and
+calls variants through the C call path (:mod:`coiter.runtime.callplan`) when it can.
 """
 from __future__ import annotations
 
 import ctypes
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..concrete.concretize import concretize
+from ..codegen import cuda
+from ..codegen.c import module
 from ..concrete.commands import Command
+from ..concrete.concretize import concretize
 from ..concrete.schedule import apply as apply_command
 from ..concrete.stmt import ConcreteProgram
 from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
-from ..lower.lower import BOUND_ERROR, KernelIR, ParamSpec, lower
-from ..codegen import cuda
-from ..codegen.c import module
-from ..notation.ast import Assignment, Div, Literal, accesses, walk
+from ..lower.lower import BOUND_ERROR, KernelIR, lower
+from ..notation.ast import Assignment, Div, IndexVar, Literal, accesses, walk
 from ..notation.reductions import insert_reductions
 from .autotune import AutoTuner
 from .compiler import load_library
@@ -32,28 +35,55 @@ from .cuda import load_cuda_library
 _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
+_libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.realloc.restype = ctypes.c_void_p
 
+OVERFLOW = 2  # kernel return code: int32 result indices overflowed
 _ERRORS = {
     1: "out of memory while assembling the result",
-    2: "result index overflow",
+    OVERFLOW: "result index overflow",
     BOUND_ERROR: "the operands' sizes break a bound() promise of the schedule",
     cuda.CUDA_ERROR: "a CUDA runtime call failed (the message is on stderr)",
 }
 
 
 @dataclass(frozen=True)
-class _Variant:
+class Variant:
+    """One compiled specialisation: its program, IR, source and entry points."""
+
+    prog: ConcreteProgram
+    itypes: Mapping[str, np.dtype]  # index type of every tensor's arrays
     ir: KernelIR
     source: str
-    fn: Any  # ctypes function
+    library: Any  # the loaded ctypes library (keeps the code mapped)
+    packed: Any  # ctypes function: int f(const int64_t* args)
+
+    @property
+    def address(self) -> int:
+        """Address of the packed entry point."""
+        return ctypes.cast(self.packed, ctypes.c_void_p).value or 0
 
 
-def _ctype_of(spec: ParamSpec) -> Any:
-    return ctypes.c_int64 if spec.kind in ("dim", "cap_hint", "threads") else ctypes.c_void_p
+def adopt(ptr: int, length: int, dtype: np.dtype) -> np.ndarray:
+    """A 1-D array over malloc'ed ``ptr`` (shrunk to ``length`` elements), freed with the
+    array; zeros when ``ptr`` is null."""
+    if not ptr:
+        return np.zeros(length, dtype=dtype)
+    nbytes = max(length, 1) * dtype.itemsize
+    ptr = _libc.realloc(ptr, nbytes) or ptr  # a failed shrink leaves the block as it was
+    buf = (ctypes.c_char * nbytes).from_address(ptr)
+    weakref.finalize(buf, _libc.free, ptr)
+    return np.frombuffer(buf, dtype=dtype, count=length)
 
 
-class Kernel:
-    """A compiled tensor assignment; call it with operands by name."""
+def call_work(storages: Mapping[str, Storage], inputs: list[str], dense_result: int) -> int:
+    """The work a call passes to its kernel (which sizes its thread team by it): the stored
+    values of every operand, plus the values of a dense result."""
+    return sum(int(storages[n].vals.shape[0]) for n in inputs) + dense_result
+
+
+class StorageKernel:
+    """A compiled tensor assignment computing a result Storage from operand Storages."""
 
     def __init__(
         self,
@@ -78,29 +108,34 @@ class Kernel:
         self.formats = dict(formats)
         self.dtype = np.dtype(dtype)
         self.result = assignment.lhs.tensor
-        self._accesses = accesses(assignment.rhs)
-        self.inputs = list(dict.fromkeys(a.tensor for a in self._accesses))
-        self._orders = {a.tensor: len(a.indices) for a in accesses(assignment.rhs)}
-        self._orders[self.result] = len(assignment.lhs.indices)
+        self.accesses = accesses(assignment.rhs)
+        self.inputs = list(dict.fromkeys(a.tensor for a in self.accesses))
+        self.orders = {a.tensor: len(a.indices) for a in self.accesses}
+        self.orders[self.result] = len(assignment.lhs.indices)
         self._has_div = any(isinstance(n, Div) for n in walk(assignment.rhs))
         self._programs: dict[tuple, ConcreteProgram] = {}
-        self._variants: dict[tuple, _Variant] = {}
+        self._variants: dict[tuple, Variant] = {}
+
+    def keyword(self, name: str) -> str:
+        """The keyword an operand is passed under."""
+        return self.aliases.get(name, name)
 
     # -- introspection -------------------------------------------------------------------
-    def _default_dtypes(self) -> dict[str, np.dtype]:
-        return {n: self.dtype for n in self.inputs}
-
     @property
     def concrete(self) -> ConcreteProgram:
         """Concrete index notation chosen for the default value type."""
-        return self._program(self._default_dtypes())
+        return self.program({n: self.dtype for n in self.inputs})
 
     @property
     def source(self) -> str:
         """Generated C (CUDA for target "cuda") for the default value type and int32 indices."""
         prog = self.concrete
         itypes = {n: np.dtype(np.int32) for n in prog.tensors}
-        return self._variant(prog, itypes, "fused").source
+        return self.variant(prog, itypes, "fused").source
+
+    def variants(self) -> list[Variant]:
+        """The variants compiled so far."""
+        return list(self._variants.values())
 
     # -- compilation ---------------------------------------------------------------------
     def result_dtype(self, dtypes: Mapping[str, np.dtype]) -> np.dtype:
@@ -113,8 +148,9 @@ class Kernel:
             rt = np.dtype(np.complex128) if rt.kind == "c" else np.dtype(np.float64)
         return np.dtype(rt)
 
-    def _program(self, dtypes: Mapping[str, np.dtype],
-                 commands: tuple[Command, ...] | None = None) -> ConcreteProgram:
+    def program(self, dtypes: Mapping[str, np.dtype],
+                commands: tuple[Command, ...] | None = None) -> ConcreteProgram:
+        """The concrete program for operand value types ``dtypes`` (scheduled)."""
         commands = self.schedule if commands is None else commands
         key = (frozenset(dtypes.items()), commands)
         prog = self._programs.get(key)
@@ -127,7 +163,8 @@ class Kernel:
             self._programs[key] = prog
         return prog
 
-    def _variant(self, prog: ConcreteProgram, itypes: Mapping[str, np.dtype], mode: str) -> _Variant:
+    def variant(self, prog: ConcreteProgram, itypes: Mapping[str, np.dtype], mode: str) -> Variant:
+        """The compiled variant of ``prog`` for index types ``itypes`` and ``mode``."""
         key = (id(prog), frozenset(itypes.items()), mode)
         var = self._variants.get(key)
         if var is None:
@@ -141,104 +178,19 @@ class Kernel:
             else:
                 source = module([ir.function], index_max)
                 lib = load_library(source)
-            fn = getattr(lib, ir.function.name)
-            fn.argtypes = [_ctype_of(p) for p in ir.params]
-            fn.restype = ctypes.c_int
-            var = _Variant(ir, source, fn)
+            packed = getattr(lib, f"{ir.function.name}_packed")
+            packed.argtypes = [ctypes.c_void_p]
+            packed.restype = ctypes.c_int
+            var = Variant(prog, dict(itypes), ir, source, lib, packed)
             self._variants[key] = var
         return var
 
-    # -- calling -------------------------------------------------------------------------
-    def __call__(self, threads: int | None = None, **operands: Any) -> Any:
-        """Compute the assignment; returns the result as a :class:`coiter.Tensor`.
-
-        ``threads`` sets the number of OpenMP threads of parallel loops for this call
-        (default: ``OMP_NUM_THREADS``, else every core); pass an operand named
-        ``threads`` through :meth:`run`."""
-        return self._run("fused", operands, threads=threads)
-
-    def run(self, operands: Mapping[str, Any], result_shape: tuple[int, ...] | None = None,
-            threads: int | None = None) -> Any:
-        """Like calling the kernel, with the result's shape given (needed when no operand
-        carries a result index, as in ``A(i,j) = 0``; checked against the operands otherwise)."""
-        return self._run("fused", operands, result_shape=result_shape, threads=threads)
-
-    def assemble(self, **operands: Any) -> Any:
-        """Only the result's index structure (values zero)."""
-        return self._run("assemble", operands)
-
-    def compute(self, pattern: Any, **operands: Any) -> Any:
-        """Values into the index structure of ``pattern`` (from :meth:`assemble`)."""
-        return self._run("compute", operands, pattern)
-
-    def _run(self, mode: str, operands: Mapping[str, Any], pattern: Any = None,
-             result_shape: tuple[int, ...] | None = None, threads: int | None = None,
-             commands: tuple[Command, ...] | None = None) -> Any:
-        from ..operands import as_tensor
-        from ..tensor import Tensor
-
-        keywords = {self.aliases.get(n, n) for n in self.inputs}
-        missing = sorted(keywords - set(operands))
-        if missing:
-            raise ShapeError(f"missing operand(s) {', '.join(missing)}")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive integer, got {threads!r}")
-        extra = sorted(set(operands) - keywords)
-        if extra:
-            raise ShapeError(f"unexpected operand(s) {', '.join(extra)}; expected {sorted(keywords)}")
-        tensors: dict[str, Tensor] = {}
-        for name in self.inputs:
-            t = as_tensor(operands[self.aliases.get(name, name)], self.formats.get(name), name=name)
-            if t.order != self._orders[name]:
-                raise ShapeError(f"operand {name} has order {t.order}, the expression uses {self._orders[name]}")
-            fmt = self.formats.get(name)
-            if fmt is not None and t.format != fmt:
-                t = t.asformat(fmt)
-            tensors[name] = t
-        dtypes = {n: t.dtype for n, t in tensors.items()}
-        if commands is None and self.tuner is not None and mode == "fused":
-            commands = self.tuner.schedule(
-                self._program(dtypes, ()), tensors,
-                lambda c: self._run(mode, operands, pattern, result_shape, threads, commands=c),
-                lambda: Kernel(self.assignment, self.formats, self.dtype, self.aliases)._run(
-                    mode, operands, pattern, result_shape, threads))
-        prog = self._program(dtypes, commands)
-        if mode != "fused" and prog.commands and prog.tensors[self.result].pattern_of is not None:
-            raise FormatError(f"{mode}: the scheduled kernel writes {self.result} in place over "
-                              f"{prog.tensors[self.result].pattern_of}'s pattern; call the kernel instead")
-        if mode != "fused" and prog.result_conversion is not None:
-            # the kernel builds another format and converts, which keeps no explicit zeros
-            raise FormatError(
-                f"{mode}: the result {self.result} ({prog.result_conversion}) is computed in "
-                f"{prog.tensors[self.result].format} and converted, so it has no separate "
-                "assembly; call the kernel instead")
-        dims = self._dims(tensors, result_shape)
-        storages: dict[str, Storage] = {n: t.storage for n, t in tensors.items()}
-        for name, decl in prog.tensors.items():
-            if decl.converted_from is not None:
-                storages[name] = tensors[decl.converted_from].asformat(decl.format).storage
-        lhs = self.assignment.lhs
-        rshape = tuple(dims[v] for v in lhs.indices)
-        rdecl = prog.tensors[self.result]
-        itypes = {n: s.index_dtype for n, s in storages.items()}
-        fits32 = all(d < INT32_MAX for d in rshape)
-        itypes[self.result] = np.dtype(np.int32 if fits32 else np.int64)
-        if mode == "compute":
-            pstore = as_tensor(pattern, rdecl.format).storage
-            storages[self.result] = pstore
-            itypes[self.result] = pstore.index_dtype
-        storage = self._invoke(prog, itypes, mode, storages, rshape, rdecl.format, rdecl.dtype, threads)
-        if storage is None:  # int32 result indices overflowed: retry with int64
-            itypes[self.result] = np.dtype(np.int64)
-            storage = self._invoke(prog, itypes, mode, storages, rshape, rdecl.format, rdecl.dtype, threads)
-        result = Tensor._wrap(storage, name=self.result)
-        if prog.result_conversion is not None:
-            result = result.asformat(prog.result_conversion)
-        return result
-
-    def _dims(self, tensors: Mapping[str, Any], result_shape: tuple[int, ...] | None = None) -> dict:
-        dims: dict = {}
-        where: dict = {}
+    # -- shapes --------------------------------------------------------------------------
+    def dims(self, shapes: Mapping[str, tuple[int, ...]],
+             result_shape: tuple[int, ...] | None = None) -> dict[IndexVar, int]:
+        """The extent of every index variable; ShapeError naming the culprit on a mismatch."""
+        dims: dict[IndexVar, int] = {}
+        where: dict[IndexVar, str] = {}
         lhs = self.assignment.lhs.indices
         if result_shape is not None:
             if len(result_shape) != len(lhs):
@@ -247,8 +199,8 @@ class Kernel:
             for m, v in enumerate(lhs):
                 dims[v] = int(result_shape[m])
                 where[v] = f"the result {self.result} (mode {m})"
-        for a in self._accesses:
-            shape = tensors[a.tensor].shape
+        for a in self.accesses:
+            shape = shapes[a.tensor]
             for m, v in enumerate(a.indices):
                 if v in dims and dims[v] != shape[m]:
                     raise ShapeError(
@@ -257,91 +209,151 @@ class Kernel:
                     )
                 dims.setdefault(v, shape[m])
                 where.setdefault(v, f"{a.tensor} (mode {m})")
-        for v in self.assignment.lhs.indices:
+        for v in lhs:
             if v not in dims:
                 raise ShapeError(f"index variable {v.name} of the result has no size: it appears in no operand")
         return dims
 
-    def _invoke(
-        self, prog: ConcreteProgram, itypes: Mapping[str, np.dtype], mode: str,
-        storages: Mapping[str, Storage], rshape: tuple[int, ...], rfmt: Format, rdtype: np.dtype,
-        threads: int | None = None,
-    ) -> Storage | None:
-        var = self._variant(prog, itypes, mode)
-        ir = var.ir
-        args: list[Any] = []
-        res_vals = None
-        shared = None
-        out = out_len = None
-        nslots = len(ir.out_arrays)
+    # -- running -------------------------------------------------------------------------
+    def run(self, storages: Mapping[str, Storage], mode: str = "fused", pattern: Storage | None = None,
+            result_shape: tuple[int, ...] | None = None, threads: int | None = None,
+            commands: tuple[Command, ...] | None = None) -> tuple[Storage, Variant]:
+        """Compute the result from operand storages (keyed by operand name, in the kernel's
+        formats); returns it with the variant that computed it. ``pattern`` is the
+        structure ``compute`` mode fills."""
+        dtypes = {n: s.vals.dtype for n, s in storages.items()}
+        if commands is None and self.tuner is not None and mode == "fused":
+            commands = self.tuner.schedule(
+                self.program(dtypes, ()), storages,
+                lambda c: self.run(storages, mode, pattern, result_shape, threads, commands=c)[0],
+                lambda: StorageKernel(self.assignment, self.formats, self.dtype, self.aliases).run(
+                    storages, mode, pattern, result_shape, threads)[0])
+        prog = self.program(dtypes, commands)
+        rdecl = prog.tensors[self.result]
+        if mode != "fused" and prog.commands and rdecl.pattern_of is not None:
+            raise FormatError(f"{mode}: the scheduled kernel writes {self.result} in place over "
+                              f"{rdecl.pattern_of}'s pattern; call the kernel instead")
+        if mode != "fused" and prog.result_conversion is not None:
+            # the kernel builds another format and converts, which keeps no explicit zeros
+            raise FormatError(
+                f"{mode}: the result {self.result} ({prog.result_conversion}) is computed in "
+                f"{rdecl.format} and converted, so it has no separate assembly; call the kernel instead")
+        dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
+        args: dict[str, Storage] = dict(storages)
+        for name, decl in prog.tensors.items():
+            if decl.converted_from is not None:
+                from ..convert import convert
+
+                args[name] = convert(storages[decl.converted_from], decl.format)
+        rshape = tuple(dims[v] for v in self.assignment.lhs.indices)
+        itypes = {n: s.index_dtype for n, s in args.items()}
+        itypes[self.result] = np.dtype(np.int32 if all(d < INT32_MAX for d in rshape) else np.int64)
+        if mode == "compute":
+            assert pattern is not None
+            args[self.result] = pattern
+            itypes[self.result] = pattern.index_dtype
+        var = self.variant(prog, itypes, mode)
+        storage = self.invoke(var, args, rshape, threads)
+        if storage is None:  # int32 result indices overflowed: retry with int64
+            itypes[self.result] = np.dtype(np.int64)
+            var = self.variant(prog, itypes, mode)
+            storage = self.invoke(var, args, rshape, threads)
+        assert storage is not None
+        if prog.result_conversion is not None:
+            from ..convert import convert
+
+            storage = convert(storage, prog.result_conversion)
+        return storage, var
+
+    def invoke(self, var: Variant, storages: Mapping[str, Storage], rshape: tuple[int, ...],
+               threads: int | None = None) -> Storage | None:
+        """Call ``var`` through ctypes on ``storages`` (including converted operands and, in
+        compute mode, the result's pattern); None when int32 result indices overflowed."""
+        ir, rdecl = var.ir, var.prog.tensors[self.result]
+        rfmt = rdecl.format
         rdims = tuple(rshape[m] for m in rfmt.ordering)
-        for p in ir.params:
+        nslots = len(ir.out_arrays)
+        out = np.zeros(max(nslots, 1), dtype=np.uint64)
+        out_len = np.zeros(max(nslots, 1), dtype=np.int64)
+        res_vals: np.ndarray | None = None
+        inputs = [n for n, d in var.prog.tensors.items() if d.role == "input"]
+        dense = math.prod(rdims) if not ir.result_allocated and ir.mode != "compute" else 0
+        work = call_work(storages, inputs, dense)
+        args = np.zeros(len(ir.params), dtype=np.int64)
+        for n, p in enumerate(ir.params):
             if p.kind == "threads":
-                args.append(threads or 0)
-                continue
-            if p.tensor == self.result:
-                if p.kind == "dim":
-                    args.append(rdims[p.level])
-                elif p.kind == "array":
-                    args.append(storages[self.result].addresses[(p.level, p.array)])
-                elif p.kind == "vals":
-                    n = math.prod(rdims) if mode != "compute" else storages[self.result].nnz
-                    res_vals = np.zeros(max(n, 1), dtype=rdtype)
-                    args.append(res_vals.ctypes.data)
+                args[n] = threads or 0
+            elif p.kind == "work":
+                args[n] = work
+            elif p.tensor == self.result and p.kind not in ("array", "dim"):
+                if p.kind == "vals":
+                    size = math.prod(rdims) if ir.mode != "compute" else storages[self.result].nnz
+                    res_vals = np.zeros(max(size, 1), dtype=rdecl.dtype)
+                    args[n] = res_vals.ctypes.data
                 elif p.kind == "shared_vals":
-                    shared = storages[p.array]
-                    res_vals = np.zeros(max(len(shared.vals), 1), dtype=rdtype)
-                    args.append(res_vals.ctypes.data)
+                    res_vals = np.zeros(max(len(storages[p.array].vals), 1), dtype=rdecl.dtype)
+                    args[n] = res_vals.ctypes.data
                 elif p.kind == "out":
-                    out = (ctypes.c_void_p * nslots)()
-                    args.append(ctypes.addressof(out))
+                    args[n] = out.ctypes.data
                 elif p.kind == "out_len":
-                    out_len = (ctypes.c_int64 * nslots)()
-                    args.append(ctypes.addressof(out_len))
+                    args[n] = out_len.ctypes.data
                 elif p.kind == "cap_hint":
-                    args.append(max(16, max((s.nnz for s in storages.values()), default=16)))
-                continue
-            st = storages[p.tensor]
-            if p.kind == "dim":
-                args.append(st.level_dims[p.level])
-            elif p.kind == "array":
-                args.append(st.addresses[(p.level, p.array)])
+                    args[n] = max(16, max((int(s.vals.shape[0]) for s in storages.values()), default=16))
+            elif p.tensor == self.result and p.kind == "dim":
+                args[n] = rdims[p.level]
             else:
-                args.append(st.addresses[(-1, "vals")])
-        rc = var.fn(*args)
-        if out is not None:
-            arrays = self._take(out, out_len, ir, itypes[self.result], rdtype)
-        if rc == 2 and itypes[self.result] == np.int32:
+                st = storages[p.tensor]
+                if p.kind == "dim":
+                    args[n] = st.level_dims[p.level]
+                elif p.kind == "array":
+                    args[n] = st.addresses[(p.level, p.array)]
+                else:
+                    args[n] = st.addresses[(-1, "vals")]
+        rc = var.packed(args.ctypes.data)
+        arrays: tuple[np.ndarray, ...] | None = None
+        if ir.result_allocated and ir.mode != "compute":
+            itype = var.itypes[self.result]
+            arrays = tuple(adopt(int(out[k]), int(out_len[k]), rdecl.dtype if slot[0] < 0 else itype)
+                           for k, slot in enumerate(ir.out_arrays))
+        if ir.mode == "compute":
+            pattern = storages[self.result]
+            if rc != 0:
+                raise KernelError(_ERRORS.get(rc, f"kernel failed with code {rc}"))
+            assert res_vals is not None
+            return Storage(rfmt, rshape, pattern.levels, res_vals[: pattern.nnz])
+        if p_shared := next((p for p in ir.params if p.kind == "shared_vals"), None):
+            if rc != 0:
+                raise KernelError(_ERRORS.get(rc, f"kernel failed with code {rc}"))
+            assert res_vals is not None
+            shared = storages[p_shared.array]
+            # the operand's pattern, copied: the result owns its arrays
+            levels = tuple({arr: a.copy() for arr, a in lv.items()} for lv in shared.levels)
+            return Storage(rfmt, rshape, levels, res_vals[: len(shared.vals)])
+        return self.finish(var, rc, res_vals, arrays, rshape)
+
+    def finish(self, var: Variant, rc: int, vals: np.ndarray | None,
+               arrays: tuple[np.ndarray, ...] | None, rshape: tuple[int, ...]) -> Storage | None:
+        """The result Storage of a fused or assemble call that returned ``rc`` with dense
+        values ``vals`` or result ``arrays`` (in ``ir.out_arrays`` order); None when int32
+        result indices overflowed (the caller retries with int64); KernelError for other
+        failures."""
+        ir = var.ir
+        if rc == OVERFLOW and ir.result_allocated and var.itypes[self.result] == np.int32:
             return None
         if rc != 0:
             raise KernelError(_ERRORS.get(rc, f"kernel failed with code {rc}"))
-        if mode == "compute":
-            pat = storages[self.result]
-            return Storage(rfmt, rshape, pat.levels, res_vals[: pat.nnz])
-        if shared is not None:  # the operand's pattern, copied: the result owns its arrays
-            levels = tuple({arr: a.copy() for arr, a in lv.items()} for lv in shared.levels)
-            return Storage(rfmt, rshape, levels, res_vals[: len(shared.vals)])
-        if out is None:
-            levels = tuple({} for _ in rfmt.levels)
-            return Storage(rfmt, rshape, levels, res_vals[: math.prod(rdims)] if rdims else res_vals)
-        levels = tuple({arr: arrays[(k, arr)] for arr in lv.arrays} for k, lv in enumerate(rfmt.levels))
-        vals = arrays.get((-1, "vals"))
-        if vals is None:  # assemble mode: structure only
-            size = Storage(rfmt, rshape, levels, np.zeros(0, rdtype)).level_sizes()[-1]
-            vals = np.zeros(size, dtype=rdtype)
-        return Storage(rfmt, rshape, levels, vals)
+        rdecl = var.prog.tensors[self.result]
+        rfmt = rdecl.format
+        if arrays is None:
+            assert vals is not None
+            rdims = tuple(rshape[m] for m in rfmt.ordering)
+            levels: tuple[dict[str, np.ndarray], ...] = tuple({} for _ in rfmt.levels)
+            return Storage(rfmt, rshape, levels, vals[: math.prod(rdims)] if rdims else vals)
+        by_slot = dict(zip(ir.out_arrays, arrays))
+        levels = tuple({arr: by_slot[(k, arr)] for arr in lv.arrays} for k, lv in enumerate(rfmt.levels))
+        values = by_slot.get((-1, "vals"))
+        if values is None:  # assemble mode: structure only
+            size = Storage(rfmt, rshape, levels, np.zeros(0, rdecl.dtype)).level_sizes()[-1]
+            values = np.zeros(size, dtype=rdecl.dtype)
+        return Storage(rfmt, rshape, levels, values)
 
-    @staticmethod
-    def _take(out: Any, out_len: Any, ir: KernelIR, itype: np.dtype, vtype: np.dtype) -> dict:
-        """Copy the kernel's malloc'ed result arrays into NumPy and free them."""
-        arrays: dict = {}
-        for n, slot in enumerate(ir.out_arrays):
-            ptr, length = out[n], int(out_len[n])
-            dtype = np.dtype(vtype) if slot[0] < 0 else np.dtype(itype)
-            if ptr:
-                buf = (ctypes.c_char * (length * dtype.itemsize)).from_address(ptr)
-                arrays[slot] = np.frombuffer(buf, dtype=dtype, count=length).copy()
-                _libc.free(ptr)
-            else:
-                arrays[slot] = np.zeros(length, dtype=dtype)
-        return arrays

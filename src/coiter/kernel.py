@@ -1,0 +1,135 @@
+"""The user-facing compiled kernel: operands in any form in, a :class:`Tensor` out.
+
+A call first tries the C call path (a :mod:`~coiter.runtime.callplan` plan of the variant
+that ran last), which binds Tensors and NumPy arrays in the kernel's formats without
+running Python code. Anything else (SciPy matrices, scalars, other formats or value types,
+wrong shapes, a first call) goes through :meth:`Kernel._run`: operands become Tensors in
+the kernel's formats, the :class:`~coiter.runtime.kernel.StorageKernel` computes, and the
+plan of the variant it used serves the next call.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .concrete.stmt import ConcreteProgram
+from .errors import ShapeError
+from .formats.storage import Storage
+from .operands import as_tensor
+from .runtime.callplan import build_plan
+from .runtime.kernel import StorageKernel, Variant
+from .tensor import Tensor
+
+
+class Kernel:
+    """A compiled tensor assignment; call it with operands by name."""
+
+    def __init__(self, core: StorageKernel) -> None:
+        self.core = core
+        self._plan: Any = None  # C call plan of the variant that ran last
+        self._plans: dict[int, Any] = {}  # per variant (id), None where there is none
+
+    # -- introspection -------------------------------------------------------------------
+    @property
+    def assignment(self):
+        return self.core.assignment
+
+    @property
+    def formats(self):
+        return self.core.formats
+
+    @property
+    def schedule(self):
+        return self.core.schedule
+
+    @property
+    def tuner(self):
+        return self.core.tuner
+
+    @property
+    def concrete(self) -> ConcreteProgram:
+        """Concrete index notation chosen for the default value type."""
+        return self.core.concrete
+
+    @property
+    def source(self) -> str:
+        """Generated C (CUDA for target "cuda") for the default value type and int32 indices."""
+        return self.core.source
+
+    # -- calling -------------------------------------------------------------------------
+    def __call__(self, threads: int | None = None, **operands: Any) -> Tensor:
+        """Compute the assignment; returns the result as a :class:`coiter.Tensor`.
+
+        ``threads`` sets the number of OpenMP threads of parallel loops for this call.
+        By default it is ``OMP_NUM_THREADS`` (else every core), limited to one thread
+        per 32768 stored values the call reads and writes, so that small calls run
+        serially; pass an operand named ``threads`` through :meth:`run`."""
+        plan = self._plan
+        if plan is not None:
+            out = plan(operands, threads)
+            if out is not NotImplemented and out is not None:
+                return out
+        return self._run("fused", operands, threads=threads)
+
+    def run(self, operands: Mapping[str, Any], result_shape: tuple[int, ...] | None = None,
+            threads: int | None = None) -> Tensor:
+        """Like calling the kernel, with the result's shape given (needed when no operand
+        carries a result index, as in ``A(i,j) = 0``; checked against the operands otherwise)."""
+        plan = self._plan
+        if plan is not None and result_shape is None:
+            out = plan(operands, threads)
+            if out is not NotImplemented and out is not None:
+                return out
+        return self._run("fused", operands, result_shape=result_shape, threads=threads)
+
+    def assemble(self, **operands: Any) -> Tensor:
+        """Only the result's index structure (values zero)."""
+        return self._run("assemble", operands)
+
+    def compute(self, pattern: Any, **operands: Any) -> Tensor:
+        """Values into the index structure of ``pattern`` (from :meth:`assemble`)."""
+        return self._run("compute", operands, pattern)
+
+    def _run(self, mode: str, operands: Mapping[str, Any], pattern: Any = None,
+             result_shape: tuple[int, ...] | None = None, threads: int | None = None) -> Tensor:
+        core = self.core
+        keywords = {core.keyword(n) for n in core.inputs}
+        missing = sorted(keywords - set(operands))
+        if missing:
+            raise ShapeError(f"missing operand(s) {', '.join(missing)}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        extra = sorted(set(operands) - keywords)
+        if extra:
+            raise ShapeError(f"unexpected operand(s) {', '.join(extra)}; expected {sorted(keywords)}")
+        storages: dict[str, Storage] = {}
+        for name in core.inputs:
+            fmt = core.formats.get(name)
+            t = as_tensor(operands[core.keyword(name)], fmt, name=name)
+            if t.order != core.orders[name]:
+                raise ShapeError(f"operand {name} has order {t.order}, the expression uses {core.orders[name]}")
+            if fmt is not None and t.format != fmt:
+                t = t.asformat(fmt)
+            storages[name] = t.storage
+        pstore = None
+        if mode == "compute":
+            pstore = as_tensor(pattern, core.program({n: s.vals.dtype for n, s in storages.items()})
+                               .tensors[core.result].format).storage
+        storage, var = core.run(storages, mode, pstore, result_shape, threads)
+        if mode == "fused":
+            self._plan = self._plan_of(var)
+        return Tensor._wrap(storage, name=core.result)
+
+    def _plan_of(self, var: Variant) -> Any:
+        """The C call plan of ``var`` (built once; None when it has none)."""
+        key = id(var)
+        if key not in self._plans:
+            def finish(rc: int, vals: Any, arrays: Any, shape: tuple[int, ...]) -> Tensor | None:
+                storage = self.core.finish(var, rc, vals, arrays, shape)
+                return None if storage is None else Tensor._wrap(storage, name=self.core.result)
+
+            self._plans[key] = build_plan(self.core, var, finish, Tensor, Storage)
+        return self._plans[key]
+
+    def __repr__(self) -> str:
+        formats = ", ".join(f"{n}={f.to_string()!r}" for n, f in sorted(self.core.formats.items()))
+        return f"coiter.Kernel({str(self.core.assignment)!r}, {formats})"

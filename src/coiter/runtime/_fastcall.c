@@ -1,0 +1,496 @@
+/* coiter's call path in C: a CallPlan binds a compiled kernel's parameters to the
+ * operands of one call without running any Python code.
+ *
+ * A plan belongs to one kernel variant (value and index types fixed). Calling it with the
+ * keyword dictionary of a kernel call
+ *   - takes each operand's argument block (shape, level dimensions, array addresses,
+ *     values address, value count): from a coiter Tensor's storage (its precomputed
+ *     ``_cargs`` bytes, whose signature must be the variant's) or from a C-contiguous,
+ *     aligned NumPy array when the kernel reads that operand as a dense row-major tensor;
+ *   - checks that index variables shared by several operands have one size;
+ *   - allocates a dense result, or receives the arrays a sparse result was malloc'ed into
+ *     and wraps them in NumPy arrays without copying (freed with the array);
+ *   - calls the kernel's packed entry point ``int f(const int64_t* args)``, without the GIL
+ *     when the call has enough work to make that worth it;
+ *   - builds the result Tensor itself (dense results) or hands the arrays to the plan's
+ *     Python finisher (sparse results, error codes).
+ * Whatever it does not handle (other operand types, converted operands, shape mismatches,
+ * bad ``threads``) makes it return NotImplemented, and the caller takes the Python path,
+ * which raises the proper error or converts the operands. It never raises for user input.
+ *
+ * The attribute names it reads and writes (Tensor: _storage, _pending, _name, _readers;
+ * Storage: format, shape, levels, vals, _cargs) are those of coiter/tensor.py and
+ * coiter/formats/storage.py.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+enum { OP_STORAGE = 0, OP_DENSE = 1 };  /* operand kinds: Tensor only, or Tensor or ndarray */
+enum {  /* where a kernel parameter comes from */
+  SRC_WORD = 0,      /* a word of the operands' argument blocks */
+  SRC_RDIM = 1,      /* a dimension of the result's storage level */
+  SRC_RVALS = 2,     /* the dense result's values */
+  SRC_THREADS = 3,   /* the requested thread count (0: OpenMP's default, capped by work) */
+  SRC_WORK = 4,      /* the call's work: stored values of every operand and dense result */
+  SRC_OUT = 5,       /* array of the result arrays the kernel mallocs */
+  SRC_OUT_LEN = 6,   /* their lengths */
+  SRC_CAP_HINT = 7,  /* initial capacity of appended result arrays */
+};
+enum { RESULT_DENSE = 0, RESULT_ALLOCATED = 1 };
+
+#define MAX_WORDS 4096
+#define MAX_PARAMS 1024
+#define MAX_OPS 256
+#define MAX_OUT 64
+#define MAX_ORDER 64
+#define INDEX32_MAX 2147483647LL
+#define MAX_THREADS 4096
+
+typedef int (*packed_fn)(const int64_t*);
+
+typedef struct {
+  PyObject* keyword;  /* interned str */
+  int kind;
+  int64_t sig;
+  int typenum;        /* OP_DENSE: element type of an accepted ndarray */
+  int order;
+  int offset;         /* first word of its block */
+  int len;            /* block length: order + levels + arrays + 2 */
+} OpSpec;
+
+typedef struct {
+  PyObject_HEAD
+  packed_fn fn;
+  PyObject* keepalive;     /* the loaded library: fn stays mapped */
+  PyObject* finisher;      /* finisher(rc, vals, arrays, shape) -> result or None */
+  PyObject* tensor_type;
+  PyObject* storage_type;
+  PyObject* rformat;       /* the result's Format */
+  PyObject* rname;         /* the result's name */
+  int nops, nwords, nparams, nchecks, rorder, rlevels, result_kind, rtypenum, nout;
+  int result_int32;        /* result index arrays are int32: its dimensions must fit */
+  int64_t gil_work;        /* release the GIL from this much work on */
+  OpSpec* ops;
+  int* params;             /* (source, argument) pairs */
+  int* checks;             /* pairs of words that must be equal */
+  int* rshape;             /* word holding each result mode's extent */
+  int* rlevel_mode;        /* mode of each result storage level */
+  int* out_typenums;
+  int* out_itemsizes;
+  /* Tensor's slots, read and written without attribute lookups */
+  PyMemberDef *m_storage, *m_pending, *m_name, *m_readers;
+} CallPlan;
+
+static PyObject *s_storage, *s_pending, *s_name, *s_readers, *s_cargs;
+static PyObject *s_format, *s_shape, *s_levels, *s_vals;
+
+static void free_arrays(CallPlan* p) {
+  PyMem_Free(p->ops); PyMem_Free(p->params); PyMem_Free(p->checks);
+  PyMem_Free(p->rshape); PyMem_Free(p->rlevel_mode); PyMem_Free(p->out_typenums);
+  PyMem_Free(p->out_itemsizes);
+  p->ops = NULL; p->params = p->checks = p->rshape = p->rlevel_mode = p->out_typenums = p->out_itemsizes = NULL;
+}
+
+static int plan_traverse(CallPlan* p, visitproc visit, void* arg) {
+  Py_VISIT(p->keepalive); Py_VISIT(p->finisher); Py_VISIT(p->tensor_type);
+  Py_VISIT(p->storage_type); Py_VISIT(p->rformat); Py_VISIT(p->rname);
+  return 0;
+}
+
+static int plan_clear(CallPlan* p) {
+  Py_CLEAR(p->keepalive); Py_CLEAR(p->finisher); Py_CLEAR(p->tensor_type);
+  Py_CLEAR(p->storage_type); Py_CLEAR(p->rformat); Py_CLEAR(p->rname);
+  if (p->ops) for (int k = 0; k < p->nops; k++) Py_CLEAR(p->ops[k].keyword);
+  return 0;
+}
+
+static void plan_dealloc(CallPlan* p) {
+  PyObject_GC_UnTrack(p);
+  plan_clear(p);
+  free_arrays(p);
+  Py_TYPE(p)->tp_free((PyObject*)p);
+}
+
+/* Read a tuple of ints into a new int array of exactly ``n`` entries (n < 0: any length,
+ * stored in *n_out). */
+static int* int_tuple(PyObject* t, Py_ssize_t n, int* n_out, const char* what) {
+  if (!PyTuple_Check(t)) { PyErr_Format(PyExc_TypeError, "%s must be a tuple", what); return NULL; }
+  Py_ssize_t len = PyTuple_GET_SIZE(t);
+  if (n >= 0 && len != n) { PyErr_Format(PyExc_ValueError, "%s has %zd entries, expected %zd", what, len, n); return NULL; }
+  int* out = PyMem_Malloc(sizeof(int) * (size_t)(len > 0 ? len : 1));
+  if (!out) { PyErr_NoMemory(); return NULL; }
+  for (Py_ssize_t k = 0; k < len; k++) {
+    long v = PyLong_AsLong(PyTuple_GET_ITEM(t, k));
+    if (v == -1 && PyErr_Occurred()) { PyMem_Free(out); return NULL; }
+    out[k] = (int)v;
+  }
+  if (n_out) *n_out = (int)len;
+  return out;
+}
+
+/* The member definition of slot ``name`` of class ``type`` (kept alive by the type). */
+static PyMemberDef* slot_of(PyObject* type, PyObject* name) {
+  PyObject* descr = PyObject_GetAttr(type, name);
+  if (!descr) return NULL;
+  PyMemberDef* def = NULL;
+  if (Py_IS_TYPE(descr, &PyMemberDescr_Type))
+    def = ((PyMemberDescrObject*)descr)->d_member;
+  else
+    PyErr_Format(PyExc_TypeError, "%R is not a slot of %R", name, type);
+  Py_DECREF(descr);
+  return def;
+}
+
+/* CallPlan(fn, keepalive, ops, params, checks, rshape, rlevel_mode, result_kind, rtypenum,
+ *          result_int32, out_typenums, out_itemsizes, finisher, tensor_type, storage_type,
+ *          rformat, rname, gil_work)
+ * ops: tuple of (keyword, kind, sig, typenum, order, block_len) in block order. */
+static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
+  unsigned long long fn;
+  PyObject *keepalive, *ops, *params, *checks, *rshape, *rlevel_mode, *out_typenums, *out_itemsizes;
+  PyObject *finisher, *tensor_type, *storage_type, *rformat, *rname;
+  int result_kind, rtypenum, result_int32;
+  long long gil_work;
+  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!iipO!O!OOOOUL", &fn, &keepalive, &PyTuple_Type, &ops,
+                        &PyTuple_Type, &params, &PyTuple_Type, &checks, &PyTuple_Type, &rshape,
+                        &PyTuple_Type, &rlevel_mode, &result_kind, &rtypenum, &result_int32,
+                        &PyTuple_Type, &out_typenums, &PyTuple_Type, &out_itemsizes, &finisher, &tensor_type, &storage_type,
+                        &rformat, &rname, &gil_work))
+    return -1;
+  if (!fn) { PyErr_SetString(PyExc_ValueError, "null kernel address"); return -1; }
+  if (!PyType_Check(tensor_type) || !PyType_Check(storage_type)) {
+    PyErr_SetString(PyExc_TypeError, "tensor_type and storage_type must be classes"); return -1;
+  }
+  plan_clear(p);
+  free_arrays(p);
+  if (!(p->m_storage = slot_of(tensor_type, s_storage)) || !(p->m_pending = slot_of(tensor_type, s_pending)) ||
+      !(p->m_name = slot_of(tensor_type, s_name)) || !(p->m_readers = slot_of(tensor_type, s_readers)))
+    return -1;
+  p->fn = (packed_fn)(uintptr_t)fn;
+  p->nops = (int)PyTuple_GET_SIZE(ops);
+  if (p->nops > MAX_OPS) { PyErr_SetString(PyExc_ValueError, "too many operands"); return -1; }
+  p->ops = PyMem_Calloc((size_t)(p->nops > 0 ? p->nops : 1), sizeof(OpSpec));
+  if (!p->ops) { PyErr_NoMemory(); return -1; }
+  int offset = 0;
+  for (int k = 0; k < p->nops; k++) {
+    PyObject* spec = PyTuple_GET_ITEM(ops, k);
+    PyObject* keyword;
+    long long sig;
+    int kind, typenum, order, len;
+    if (!PyArg_ParseTuple(spec, "UiLiii", &keyword, &kind, &sig, &typenum, &order, &len)) return -1;
+    if (order > MAX_ORDER || len < order + 2) { PyErr_SetString(PyExc_ValueError, "bad operand block"); return -1; }
+    Py_INCREF(keyword);
+    PyUnicode_InternInPlace(&keyword);
+    OpSpec* o = &p->ops[k];
+    o->keyword = keyword; o->kind = kind; o->sig = sig; o->typenum = typenum;
+    o->order = order; o->offset = offset; o->len = len;
+    offset += len;
+  }
+  p->nwords = offset;
+  if (p->nwords > MAX_WORDS) { PyErr_SetString(PyExc_ValueError, "too many argument words"); return -1; }
+  int n;
+  if (!(p->params = int_tuple(params, -1, &n, "params"))) return -1;
+  if (n % 2 || n / 2 > MAX_PARAMS) { PyErr_SetString(PyExc_ValueError, "bad params"); return -1; }
+  p->nparams = n / 2;
+  if (!(p->checks = int_tuple(checks, -1, &n, "checks"))) return -1;
+  if (n % 2) { PyErr_SetString(PyExc_ValueError, "bad checks"); return -1; }
+  p->nchecks = n / 2;
+  if (!(p->rshape = int_tuple(rshape, -1, &p->rorder, "rshape"))) return -1;
+  if (!(p->rlevel_mode = int_tuple(rlevel_mode, -1, &p->rlevels, "rlevel_mode"))) return -1;
+  if (!(p->out_typenums = int_tuple(out_typenums, -1, &p->nout, "out_typenums"))) return -1;
+  if (!(p->out_itemsizes = int_tuple(out_itemsizes, p->nout, NULL, "out_itemsizes"))) return -1;
+  if (p->rorder > MAX_ORDER || p->rlevels > MAX_ORDER || p->nout > MAX_OUT) {
+    PyErr_SetString(PyExc_ValueError, "result too large for a call plan"); return -1;
+  }
+  for (int k = 0; k < p->nparams; k++) {
+    int src = p->params[2 * k], a = p->params[2 * k + 1];
+    if ((src == SRC_WORD && (a < 0 || a >= p->nwords)) || (src == SRC_RDIM && (a < 0 || a >= p->rlevels))) {
+      PyErr_SetString(PyExc_ValueError, "parameter source out of range"); return -1;
+    }
+  }
+  for (int k = 0; k < 2 * p->nchecks; k++)
+    if (p->checks[k] < 0 || p->checks[k] >= p->nwords) { PyErr_SetString(PyExc_ValueError, "bad check"); return -1; }
+  for (int k = 0; k < p->rorder; k++)
+    if (p->rshape[k] < 0 || p->rshape[k] >= p->nwords) { PyErr_SetString(PyExc_ValueError, "bad rshape"); return -1; }
+  for (int k = 0; k < p->rlevels; k++)
+    if (p->rlevel_mode[k] < 0 || p->rlevel_mode[k] >= p->rorder) { PyErr_SetString(PyExc_ValueError, "bad rlevel_mode"); return -1; }
+  p->result_kind = result_kind;
+  p->rtypenum = rtypenum;
+  p->result_int32 = result_int32;
+  p->gil_work = gil_work;
+  Py_INCREF(keepalive); p->keepalive = keepalive;
+  Py_INCREF(finisher); p->finisher = finisher;
+  Py_INCREF(tensor_type); p->tensor_type = tensor_type;
+  Py_INCREF(storage_type); p->storage_type = storage_type;
+  Py_INCREF(rformat); p->rformat = rformat;
+  Py_INCREF(rname); p->rname = rname;
+  return 0;
+}
+
+/* Fill ``w`` with operand k's block from ``obj``; 1 on success, 0 when the fast path does
+ * not apply, -1 on a Python error. ``hold`` receives a new reference kept over the call. */
+static int bind_operand(CallPlan* p, const OpSpec* o, PyObject* obj, int64_t* w, PyObject** hold) {
+  if (PyArray_Check(obj)) {
+    PyArrayObject* a = (PyArrayObject*)obj;
+    if (o->kind != OP_DENSE || PyArray_NDIM(a) != o->order || !PyArray_IS_C_CONTIGUOUS(a) ||
+        !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a))
+      return 0;
+    if (PyArray_TYPE(a) != o->typenum && !PyArray_EquivTypenums(PyArray_TYPE(a), o->typenum)) return 0;
+    const npy_intp* dims = PyArray_DIMS(a);
+    for (int m = 0; m < o->order; m++) w[m] = dims[m];
+    for (int m = 0; m < o->order; m++) w[o->order + m] = dims[m];  /* dense levels: the shape */
+    w[o->len - 2] = (int64_t)(uintptr_t)PyArray_DATA(a);
+    w[o->len - 1] = (int64_t)PyArray_SIZE(a);
+    Py_INCREF(obj);
+    *hold = obj;
+    return 1;
+  }
+  if (!PyObject_TypeCheck(obj, (PyTypeObject*)p->tensor_type)) return 0;
+  PyObject* pending = PyMember_GetOne((const char*)obj, p->m_pending);
+  if (!pending) return -1;
+  int is_pending = pending != Py_None;
+  Py_DECREF(pending);
+  if (is_pending) return 0;  /* a DSL assignment not computed yet: the Python path runs it */
+  PyObject* storage = PyMember_GetOne((const char*)obj, p->m_storage);
+  if (!storage) return -1;
+  PyObject* cargs = NULL;
+  PyObject* dict = PyObject_GenericGetDict(storage, NULL);
+  if (dict) {
+    cargs = PyDict_GetItemWithError(dict, s_cargs);  /* borrowed */
+    Py_XINCREF(cargs);
+    Py_DECREF(dict);
+  }
+  if (!cargs && !PyErr_Occurred()) cargs = PyObject_GetAttr(storage, s_cargs);  /* computed once */
+  if (!cargs) { Py_DECREF(storage); return -1; }
+  int ok = PyBytes_Check(cargs) && PyBytes_GET_SIZE(cargs) == (Py_ssize_t)(8 * (o->len + 1));
+  if (ok) {
+    const int64_t* words = (const int64_t*)PyBytes_AS_STRING(cargs);
+    ok = words[0] == o->sig;
+    if (ok) memcpy(w, words + 1, sizeof(int64_t) * (size_t)o->len);
+  }
+  Py_DECREF(cargs);
+  if (!ok) { Py_DECREF(storage); return 0; }
+  *hold = storage;  /* the storage keeps every array alive */
+  return 1;
+}
+
+static void free_capsule(PyObject* capsule) {
+  free(PyCapsule_GetPointer(capsule, "coiter.malloc"));
+}
+
+/* A 1-D array owning malloc'ed ``ptr`` (shrunk to ``len``); zeros when ptr is NULL. */
+static PyObject* adopt(void* ptr, int64_t len, int typenum, int itemsize) {
+  npy_intp n = (npy_intp)len;
+  if (!ptr) return PyArray_ZEROS(1, &n, typenum, 0);
+  void* shrunk = realloc(ptr, (size_t)(len > 0 ? len : 1) * (size_t)itemsize);
+  if (shrunk) ptr = shrunk;
+  PyObject* capsule = PyCapsule_New(ptr, "coiter.malloc", free_capsule);
+  if (!capsule) { free(ptr); return NULL; }
+  PyObject* arr = PyArray_SimpleNewFromData(1, &n, typenum, ptr);
+  if (!arr) { Py_DECREF(capsule); return NULL; }
+  if (PyArray_SetBaseObject((PyArrayObject*)arr, capsule) < 0) { Py_DECREF(arr); return NULL; }
+  return arr;
+}
+
+/* Tensor(name=rname) over Storage(rformat, shape, ({},)*levels, vals), built without
+ * running their Python constructors (the values come from a kernel: nothing to check). */
+static PyObject* dense_tensor(CallPlan* p, PyObject* shape, PyObject* vals) {
+  PyTypeObject* st = (PyTypeObject*)p->storage_type;
+  PyTypeObject* tt = (PyTypeObject*)p->tensor_type;
+  PyObject *storage = NULL, *tensor = NULL, *levels = NULL, *dict = NULL;
+  if (!(storage = st->tp_alloc(st, 0)) || !(tensor = tt->tp_alloc(tt, 0)) ||
+      !(levels = PyTuple_New(p->rlevels)))
+    goto fail;
+  for (int k = 0; k < p->rlevels; k++) {
+    PyObject* d = PyDict_New();
+    if (!d) goto fail;
+    PyTuple_SET_ITEM(levels, k, d);
+  }
+  if (!(dict = PyObject_GenericGetDict(storage, NULL)) ||
+      PyDict_SetItem(dict, s_format, p->rformat) < 0 || PyDict_SetItem(dict, s_shape, shape) < 0 ||
+      PyDict_SetItem(dict, s_levels, levels) < 0 || PyDict_SetItem(dict, s_vals, vals) < 0 ||
+      PyMember_SetOne((char*)tensor, p->m_storage, storage) < 0 ||
+      PyMember_SetOne((char*)tensor, p->m_pending, Py_None) < 0 ||
+      PyMember_SetOne((char*)tensor, p->m_name, p->rname) < 0 ||
+      PyMember_SetOne((char*)tensor, p->m_readers, Py_None) < 0)
+    goto fail;
+  Py_DECREF(dict);
+  Py_DECREF(levels);
+  Py_DECREF(storage);
+  return tensor;
+fail:
+  Py_XDECREF(dict); Py_XDECREF(levels); Py_XDECREF(tensor); Py_XDECREF(storage);
+  return NULL;
+}
+
+/* plan(operands: dict, threads) -> result | NotImplemented | what the finisher returns */
+static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
+  PyObject *operands, *threads_obj;
+  PyObject* hold[MAX_OPS];
+  PyObject *result = NULL, *vals = NULL, *shape = NULL, *arrays = NULL;
+  int64_t w[MAX_WORDS], argv[MAX_PARAMS], rshape[MAX_ORDER], rdims[MAX_ORDER];
+  void* out[MAX_OUT] = {0};
+  int64_t out_len[MAX_OUT] = {0};
+  int64_t threads = 0, size = 1, work = 0, cap_hint = 16;
+  int held = 0, rc;
+
+  if (kwds && PyDict_GET_SIZE(kwds)) { PyErr_SetString(PyExc_TypeError, "CallPlan takes no keywords"); return NULL; }
+  if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &operands, &threads_obj)) return NULL;
+  if (PyDict_GET_SIZE(operands) != p->nops) Py_RETURN_NOTIMPLEMENTED;
+  if (threads_obj != Py_None) {
+    if (!PyLong_CheckExact(threads_obj)) Py_RETURN_NOTIMPLEMENTED;
+    threads = PyLong_AsLongLong(threads_obj);
+    if (threads == -1 && PyErr_Occurred()) { PyErr_Clear(); Py_RETURN_NOTIMPLEMENTED; }
+    if (threads < 1 || threads > MAX_THREADS) Py_RETURN_NOTIMPLEMENTED;  /* the Python path explains */
+  }
+
+  for (int k = 0; k < p->nops; k++) {
+    const OpSpec* o = &p->ops[k];
+    PyObject* obj = PyDict_GetItemWithError(operands, o->keyword);
+    if (!obj) {
+      if (PyErr_Occurred()) goto done;
+      goto not_implemented;
+    }
+    int r = bind_operand(p, o, obj, w + o->offset, &hold[held]);
+    if (r < 0) goto done;
+    if (r == 0) goto not_implemented;
+    held++;
+  }
+  for (int k = 0; k < p->nchecks; k++)
+    if (w[p->checks[2 * k]] != w[p->checks[2 * k + 1]]) goto not_implemented;
+  for (int m = 0; m < p->rorder; m++) rshape[m] = w[p->rshape[m]];
+  for (int k = 0; k < p->rlevels; k++) {
+    rdims[k] = rshape[p->rlevel_mode[k]];
+    if (p->result_int32 && rdims[k] >= INDEX32_MAX) goto not_implemented;
+    size *= rdims[k];
+  }
+  for (int k = 0; k < p->nops; k++) {
+    int64_t nvals = w[p->ops[k].offset + p->ops[k].len - 1];
+    work += nvals;
+    if (nvals > cap_hint) cap_hint = nvals;
+  }
+  if (p->result_kind == RESULT_DENSE) {
+    if (size <= 0) goto not_implemented;  /* empty results: the Python path */
+    npy_intp n = (npy_intp)size;
+    vals = PyArray_ZEROS(1, &n, p->rtypenum, 0);
+    if (!vals) goto done;
+    work += size;
+  }
+
+  for (int k = 0; k < p->nparams; k++) {
+    int a = p->params[2 * k + 1];
+    switch (p->params[2 * k]) {
+      case SRC_WORD: argv[k] = w[a]; break;
+      case SRC_RDIM: argv[k] = rdims[a]; break;
+      case SRC_RVALS: argv[k] = vals ? (int64_t)(uintptr_t)PyArray_DATA((PyArrayObject*)vals) : 0; break;
+      case SRC_THREADS: argv[k] = threads; break;
+      case SRC_WORK: argv[k] = work; break;
+      case SRC_OUT: argv[k] = (int64_t)(uintptr_t)out; break;
+      case SRC_OUT_LEN: argv[k] = (int64_t)(uintptr_t)out_len; break;
+      case SRC_CAP_HINT: argv[k] = cap_hint; break;
+      default: argv[k] = 0;
+    }
+  }
+  if (work >= p->gil_work) {
+    Py_BEGIN_ALLOW_THREADS
+    rc = p->fn(argv);
+    Py_END_ALLOW_THREADS
+  } else {
+    rc = p->fn(argv);
+  }
+
+  if (p->result_kind == RESULT_ALLOCATED) {
+    /* adopt every array first, so that none leaks whatever fails below */
+    if (!(arrays = PyTuple_New(p->nout))) goto done;
+    for (int k = 0; k < p->nout; k++) {
+      PyObject* a = adopt(out[k], out_len[k], p->out_typenums[k], p->out_itemsizes[k]);
+      out[k] = NULL;
+      if (!a) goto done;
+      PyTuple_SET_ITEM(arrays, k, a);
+    }
+  }
+  if (!(shape = PyTuple_New(p->rorder))) goto done;
+  for (int m = 0; m < p->rorder; m++) {
+    PyObject* d = PyLong_FromLongLong(rshape[m]);
+    if (!d) goto done;
+    PyTuple_SET_ITEM(shape, m, d);
+  }
+  if (p->result_kind == RESULT_DENSE && rc == 0)
+    result = dense_tensor(p, shape, vals);
+  else
+    result = PyObject_CallFunction(p->finisher, "iOOO", rc, vals ? vals : Py_None,
+                                   arrays ? arrays : Py_None, shape);
+  goto done;
+
+not_implemented:
+  result = Py_NotImplemented;
+  Py_INCREF(result);
+done:
+  for (int k = 0; k < p->nout; k++) free(out[k]);  /* only those not adopted */
+  Py_XDECREF(arrays);
+  Py_XDECREF(shape);
+  Py_XDECREF(vals);
+  for (int k = 0; k < held; k++) Py_DECREF(hold[k]);
+  return result;
+}
+
+static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  CallPlan* p = (CallPlan*)type->tp_alloc(type, 0);
+  return (PyObject*)p;
+}
+
+static PyTypeObject CallPlanType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "coiter.runtime._fastcall.CallPlan",
+  .tp_basicsize = sizeof(CallPlan),
+  .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+  .tp_doc = "A compiled kernel bound for fast calls: plan(operands, threads).",
+  .tp_new = plan_new,
+  .tp_init = (initproc)plan_init,
+  .tp_dealloc = (destructor)plan_dealloc,
+  .tp_traverse = (traverseproc)plan_traverse,
+  .tp_clear = (inquiry)plan_clear,
+  .tp_call = (ternaryfunc)plan_call,
+};
+
+static struct PyModuleDef module = {
+  PyModuleDef_HEAD_INIT, "_fastcall", "coiter's C call path for compiled kernels.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastcall(void) {
+  import_array();
+  if (PyType_Ready(&CallPlanType) < 0) return NULL;
+  struct { PyObject** slot; const char* text; } names[] = {
+    {&s_storage, "_storage"}, {&s_pending, "_pending"}, {&s_name, "_name"},
+    {&s_readers, "_readers"}, {&s_cargs, "_cargs"}, {&s_format, "format"},
+    {&s_shape, "shape"}, {&s_levels, "levels"}, {&s_vals, "vals"},
+  };
+  for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+    if (!(*names[k].slot = PyUnicode_InternFromString(names[k].text))) return NULL;
+  PyObject* m = PyModule_Create(&module);
+  if (!m) return NULL;
+  Py_INCREF(&CallPlanType);
+  if (PyModule_AddObject(m, "CallPlan", (PyObject*)&CallPlanType) < 0) {
+    Py_DECREF(&CallPlanType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  PyModule_AddIntConstant(m, "OP_STORAGE", OP_STORAGE);
+  PyModule_AddIntConstant(m, "OP_DENSE", OP_DENSE);
+  PyModule_AddIntConstant(m, "SRC_WORD", SRC_WORD);
+  PyModule_AddIntConstant(m, "SRC_RDIM", SRC_RDIM);
+  PyModule_AddIntConstant(m, "SRC_RVALS", SRC_RVALS);
+  PyModule_AddIntConstant(m, "SRC_THREADS", SRC_THREADS);
+  PyModule_AddIntConstant(m, "SRC_WORK", SRC_WORK);
+  PyModule_AddIntConstant(m, "SRC_OUT", SRC_OUT);
+  PyModule_AddIntConstant(m, "SRC_OUT_LEN", SRC_OUT_LEN);
+  PyModule_AddIntConstant(m, "SRC_CAP_HINT", SRC_CAP_HINT);
+  PyModule_AddIntConstant(m, "RESULT_DENSE", RESULT_DENSE);
+  PyModule_AddIntConstant(m, "RESULT_ALLOCATED", RESULT_ALLOCATED);
+  return m;
+}

@@ -1,0 +1,129 @@
+"""Call plans: a compiled variant bound for the C call path (``coiter.runtime._fastcall``).
+
+A plan says where each of the kernel's parameters comes from: a word of an operand's
+argument block (:attr:`Storage._cargs`: shape, level dimensions, array addresses, values
+address, value count), the result's dimensions, its values, the thread count or the work.
+It also lists the extents that must agree (index variables shared by several operands) and
+how the result is built. Calling a plan binds the operands of one call in C; whatever the
+plan does not cover returns NotImplemented and the caller takes the Python path.
+
+The C extension is optional (built at install time): without it :func:`build_plan` returns
+None and every call goes through ctypes.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..formats.format import Format
+from ..formats.storage import signature_id
+from .kernel import StorageKernel, Variant
+
+try:
+    from . import _fastcall
+except ImportError:  # built without the extension: ctypes only
+    _fastcall = None  # type: ignore[assignment]
+
+# Calls with at least this much work (stored values) release the GIL while the kernel runs.
+GIL_WORK = 65536
+
+
+def available() -> bool:
+    """Whether the C call path is built."""
+    return _fastcall is not None
+
+
+def _block(fmt: Format) -> tuple[int, list[tuple[int, str]]]:
+    """Number of levels and the (level, array) list of ``fmt``'s argument block."""
+    arrays = [(k, name) for k, level in enumerate(fmt.levels) for name in level.arrays]
+    return len(fmt.levels), arrays
+
+
+def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
+               tensor_type: type, storage_type: type) -> Any | None:
+    """A CallPlan for ``var`` of ``core``, or None when the variant needs the Python path
+    (converted or scheduled in-place operands, converted results, a result shape no operand
+    gives) or the extension is missing. ``finisher(rc, vals, arrays, shape)`` builds sparse
+    results and reports errors; dense results become ``tensor_type`` objects in C."""
+    if _fastcall is None or core.tuner is not None or var.ir.mode != "fused":
+        return None
+    prog, ir = var.prog, var.ir
+    if prog.result_conversion is not None:
+        return None
+    decls = prog.tensors
+    if any(d.converted_from is not None for d in decls.values()):
+        return None
+    rdecl = decls[core.result]
+    rfmt = rdecl.format
+    if rfmt.layout is not None or len(rfmt.levels) != rfmt.order:
+        return None
+
+    ops: list[tuple[str, int, int, int, int, int]] = []
+    offsets: dict[str, tuple[int, int, list[tuple[int, str]]]] = {}  # name -> offset, order, arrays
+    words = 0
+    for name in core.inputs:
+        fmt, dtype = core.formats[name], decls[name].dtype
+        nlevels, arrays = _block(fmt)
+        order = core.orders[name]
+        length = order + nlevels + len(arrays) + 2
+        dense = fmt.is_dense and fmt.is_identity_ordered
+        kind = _fastcall.OP_DENSE if dense else _fastcall.OP_STORAGE
+        sig = signature_id(fmt, dtype, var.itypes.get(name))
+        ops.append((core.keyword(name), kind, sig, np.dtype(dtype).num, order, length))
+        offsets[name] = (words, order, arrays)
+        words += length
+
+    params: list[int] = []
+    sources = {"threads": _fastcall.SRC_THREADS, "work": _fastcall.SRC_WORK,
+               "vals": _fastcall.SRC_RVALS, "out": _fastcall.SRC_OUT,
+               "out_len": _fastcall.SRC_OUT_LEN, "cap_hint": _fastcall.SRC_CAP_HINT}
+    for p in ir.params:
+        if p.kind in ("threads", "work") or (p.tensor == core.result and p.kind in sources):
+            params += [sources[p.kind], 0]
+        elif p.tensor == core.result and p.kind == "dim":
+            params += [_fastcall.SRC_RDIM, p.level]
+        elif p.tensor in offsets and p.kind in ("dim", "array", "vals"):
+            base, order, arrays = offsets[p.tensor]
+            nlevels = len(core.formats[p.tensor].levels)
+            if p.kind == "dim":
+                word = base + order + p.level
+            elif p.kind == "vals":
+                word = base + order + nlevels + len(arrays)
+            elif (p.level, p.array) in arrays:
+                word = base + order + nlevels + arrays.index((p.level, p.array))
+            else:
+                return None
+            params += [_fastcall.SRC_WORD, word]
+        else:
+            return None  # a result over an operand's pattern, or a parameter unknown here
+
+    checks, first = _extent_words(core, offsets)
+    rshape = [first.get(v) for v in core.assignment.lhs.indices]
+    if any(w is None for w in rshape):
+        return None  # the result's shape must be given: the Python path
+    itype = var.itypes[core.result]
+    out_types = [np.dtype(rdecl.dtype) if k < 0 else np.dtype(itype) for k, _ in ir.out_arrays]
+    return _fastcall.CallPlan(
+        var.address, var.library, tuple(ops), tuple(params), tuple(checks), tuple(rshape),
+        tuple(rfmt.ordering),
+        _fastcall.RESULT_ALLOCATED if ir.result_allocated else _fastcall.RESULT_DENSE,
+        np.dtype(rdecl.dtype).num, itype == np.int32,
+        tuple(t.num for t in out_types), tuple(t.itemsize for t in out_types),
+        finisher, tensor_type, storage_type, rfmt, core.result, GIL_WORK)
+
+
+def _extent_words(core: StorageKernel, offsets: Mapping[str, tuple[int, int, list]]
+                  ) -> tuple[list[int], dict[Any, int]]:
+    """Pairs of shape words that must be equal, and the first word giving each index
+    variable's extent."""
+    checks: list[int] = []
+    first: dict[Any, int] = {}
+    for a in core.accesses:
+        base = offsets[a.tensor][0]
+        for m, v in enumerate(a.indices):
+            if v in first:
+                checks += [first[v], base + m]
+            else:
+                first[v] = base + m
+    return checks, first

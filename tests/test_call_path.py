@@ -1,0 +1,243 @@
+"""The call path: the C call plan (coiter.runtime._fastcall) against the ctypes path and
+NumPy/SciPy, for every value type and index width, the operands it refuses (which must
+still compute or raise as before), the work-based thread count and GIL release."""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import coiter
+import coiter.kernel
+from coiter.codegen.c import PREAMBLE, WORK_PER_THREAD
+from coiter.runtime import callplan
+from coiter.runtime.compiler import load_library
+from helpers import random_array
+
+DTYPES = [np.float64, np.float32, np.int64, np.int32, np.complex128, np.bool_]
+needs_plan = pytest.mark.skipif(not callplan.available(), reason="the C call path was not built")
+
+
+def _values(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    a = random_array(rng, shape, 0.4)
+    if np.dtype(dtype).kind == "c":
+        return (a + 1j * random_array(rng, shape, 0.4)).astype(dtype)
+    if np.dtype(dtype).kind in "iub":
+        return (np.round(a * 3)).astype(dtype)
+    return a.astype(dtype)
+
+
+def _reference(expr: str, **arrays: np.ndarray) -> np.ndarray:
+    spec = {"y(i) = A(i,j) * x(j)": "ij,j->i", "C(i,k) = A(i,j) * B(j,k)": "ij,jk->ik",
+            "C(i,j) = A(i,k) * B(k,j)": "ik,kj->ij", "a = A(i,j) * B(i,j)": "ij,ij->",
+            "A(i,j) = B(i,j,k) * c(k)": "ijk,k->ij"}[expr]
+    ops = list(arrays.values())
+    if all(op.dtype == np.bool_ for op in ops):
+        return np.einsum(spec, *[op.astype(np.int64) for op in ops]) != 0
+    return np.einsum(spec, *ops)
+
+
+CASES = [  # expression, formats, operand shapes
+    ("y(i) = A(i,j) * x(j)", {"A": "csr"}, {"A": (30, 20), "x": (20,)}),
+    ("C(i,k) = A(i,j) * B(j,k)", {"A": "csr"}, {"A": (12, 9), "B": (9, 4)}),
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "csr", "B": "csr", "C": "csr"}, {"A": (10, 8), "B": (8, 7)}),
+    ("a = A(i,j) * B(i,j)", {"A": "csr", "B": "csr"}, {"A": (9, 9), "B": (9, 9)}),
+    ("A(i,j) = B(i,j,k) * c(k)", {"B": "sss", "A": "ss"}, {"B": (5, 6, 7), "c": (7,)}),
+]
+
+
+def _operands(formats: dict, shapes: dict, dtype: type, itype: type, seed: int):
+    rng = np.random.default_rng(seed)
+    arrays = {n: _values(rng, s, dtype) for n, s in shapes.items()}
+    ops = {}
+    for name, a in arrays.items():
+        fmt = formats.get(name)
+        if fmt is None:
+            ops[name] = a
+            continue
+        t = coiter.Tensor.from_numpy(a, format=fmt)
+        if itype == np.int64:  # the same tensor with int64 index arrays
+            s = t.storage
+            levels = [{k: v.astype(np.int64) for k, v in lv.items()} for lv in s.levels]
+            t = coiter.Tensor.from_arrays(s.shape, s.format, levels, s.vals)
+        ops[name] = t
+    return arrays, ops
+
+
+@needs_plan
+@pytest.mark.parametrize("expr,formats,shapes", CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+def test_plan_matches_numpy_every_type(expr, formats, shapes, dtype, itype) -> None:
+    arrays, ops = _operands(formats, shapes, dtype, itype, 3)
+    k = coiter.compile(expr, formats=formats)
+    first = k(**ops)  # the Python path, which makes the plan
+    assert k._plan is not None
+    again = k._plan(ops, None)  # the C path itself, not a fallback
+    assert again is not NotImplemented and again is not None
+    expected = _reference(expr, **arrays)
+    for got in (first, again):
+        assert got.dtype == first.dtype
+        np.testing.assert_allclose(got.to_numpy(), expected, rtol=1e-5)
+    assert again.format == first.format and again.shape == first.shape
+    # the arrays of results assembled by the kernel are owned by NumPy (no copy, no leak)
+    for lv in again.storage.levels:
+        for arr in lv.values():
+            assert arr.flags.owndata or arr.base is not None
+
+
+@pytest.mark.parametrize("expr,formats,shapes", CASES)
+def test_ctypes_path_matches_numpy(expr, formats, shapes, monkeypatch) -> None:
+    """Without the C extension every call goes through ctypes."""
+    monkeypatch.setattr(coiter.kernel, "build_plan", lambda *a, **k: None)
+    arrays, ops = _operands(formats, shapes, np.float64, np.int32, 5)
+    k = coiter.compile(expr, formats=formats)
+    for _ in range(2):
+        np.testing.assert_allclose(k(**ops).to_numpy(), _reference(expr, **arrays), rtol=1e-10)
+    assert k._plan is None
+
+
+@needs_plan
+def test_plan_refusals_still_compute_or_raise() -> None:
+    rng = np.random.default_rng(1)
+    A = sp.random(40, 30, density=0.2, random_state=2, format="csr")
+    x = rng.standard_normal(30)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    At = coiter.Tensor.from_scipy(A)
+    k(A=At, x=x)
+    plan = k._plan
+    expected = A @ x
+    # operands the plan does not bind: SciPy, a strided array, another value type, a list
+    assert plan({"A": A, "x": x}, None) is NotImplemented
+    assert plan({"A": At, "x": np.repeat(x, 2)[::2]}, None) is NotImplemented
+    assert plan({"A": At, "x": x.astype(np.float32)}, None) is NotImplemented
+    for ops in ({"A": A, "x": x}, {"A": At, "x": np.repeat(x, 2)[::2]}, {"A": At, "x": list(x)},
+                {"A": At, "x": x.astype(np.float32)}):
+        np.testing.assert_allclose(k(**ops).to_numpy(), expected, rtol=1e-5)
+    # what the Python path reports
+    with pytest.raises(coiter.ShapeError, match="index variable j has size 30"):
+        k(A=At, x=np.ones(31))
+    with pytest.raises(coiter.ShapeError, match="missing operand"):
+        k(A=At)
+    with pytest.raises(coiter.ShapeError, match="unexpected operand"):
+        k(A=At, x=x, z=x)
+    for bad in (0, -1, True, 2.0):
+        assert plan({"A": At, "x": x}, bad) is NotImplemented
+        with pytest.raises(ValueError, match="threads must be a positive integer"):
+            k(A=At, x=x, threads=bad)
+
+
+@needs_plan
+def test_plan_evaluates_pending_dsl_tensors_first() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((6, 5))
+    x = rng.standard_normal(5)
+    A = coiter.Tensor.from_numpy(a, format="csr")
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    k(A=A, x=x)
+    i, j = coiter.index_vars("i j")
+    B = coiter.Tensor((6, 5), format="csr")
+    B[i, j] = A[i, j] * 2  # pending until its data is needed
+    np.testing.assert_allclose(k(A=B, x=x).to_numpy(), 2 * a @ x)
+
+
+@needs_plan
+def test_evaluate_and_einsum_reuse_the_plan_only_for_matching_operands() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((7, 6))
+    x = rng.standard_normal(6)
+    for A in (coiter.Tensor.from_numpy(a, format="csr"), a, sp.csr_array(a),
+              coiter.Tensor.from_numpy(a, format="dcsr"), coiter.Tensor.from_numpy(a.astype(np.float32), format="csr")):
+        for _ in range(2):
+            y = coiter.evaluate("y(i) = A(i,j) * x(j)", A=A, x=x)
+            np.testing.assert_allclose(y.to_numpy(), a @ x, rtol=1e-5)
+            np.testing.assert_allclose(coiter.einsum("ij,j->i", A, x).to_numpy(), a @ x, rtol=1e-5)
+    # a result format named by the call selects another kernel
+    assert coiter.evaluate("y(i) = A(i,j) * x(j)", out_format="s", A=a, x=x).format == coiter.parse_format("s")
+
+
+def test_default_threads_follow_the_work() -> None:
+    """The generated helper: the requested count, else OpenMP's limited by the work."""
+    source = PREAMBLE.format(index_max="INT32_MAX", work_per_thread=WORK_PER_THREAD) + """
+int threads_for(int64_t n, int64_t work) { return coiter_threads(n, work); }
+int max_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+"""
+    lib = load_library(source)
+    lib.threads_for.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    most = lib.max_threads()
+    for n, work, expected in [(3, 10, 3), (1, 10**9, 1), (0, 10, 1), (0, WORK_PER_THREAD - 1, 1),
+                              (0, 2 * WORK_PER_THREAD, min(2, most)), (0, 10**12, most)]:
+        assert lib.threads_for(n, work) == expected, (n, work)
+
+
+def _random_csr(n: int, per_row: int, seed: int) -> sp.csr_array:
+    """An n x n matrix with about ``per_row`` random entries per row (duplicates summed)."""
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(n), per_row)
+    cols = rng.integers(0, n, n * per_row)
+    return sp.csr_array((rng.standard_normal(n * per_row), (rows, cols)), shape=(n, n))
+
+
+@pytest.mark.parametrize("threads", [None, 1, 2])
+@pytest.mark.parametrize("size", [10, 200_000])
+def test_threads_and_sizes_give_the_same_values(threads, size) -> None:
+    """Small calls run on one thread, big ones on several (the serial and parallel copies
+    of the loop); both compute the same values as SciPy."""
+    A = _random_csr(size, 8, size)
+    x = np.random.default_rng(size).standard_normal(size)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    At = coiter.Tensor.from_scipy(A)
+    for _ in range(2):
+        np.testing.assert_allclose(k(A=At, x=x, threads=threads).to_numpy(), A @ x, rtol=1e-12, atol=1e-12)
+
+
+def test_calls_from_several_python_threads() -> None:
+    """Big calls release the GIL: concurrent calls on shared operands stay right."""
+    A = _random_csr(100_000, 4, 9)
+    x = np.random.default_rng(9).standard_normal(100_000)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    At = coiter.Tensor.from_scipy(A)
+    expected = A @ x
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(20):
+                np.testing.assert_allclose(k(A=At, x=x).to_numpy(), expected, rtol=1e-12)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work) for _ in range(3)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors, errors[0]
+
+
+@needs_plan
+def test_plan_result_names_and_dsl_readers() -> None:
+    """Results built in C are ordinary Tensors: named, usable in the DSL, picklable."""
+    import pickle
+
+    a = np.arange(12.0).reshape(4, 3)
+    x = np.ones(3)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    A = coiter.Tensor.from_numpy(a, format="csr")
+    k(A=A, x=x)
+    y = k(A=A, x=x)
+    assert y.name == "y" and y.nnz == 4 and repr(y).startswith("Tensor(name='y'")
+    i, = coiter.index_vars("i")
+    z = coiter.Tensor((4,))
+    z[i] = y[i] * 2
+    np.testing.assert_allclose(z.to_numpy(), 2 * a @ x)
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(y)).to_numpy(), a @ x)
