@@ -241,3 +241,43 @@ def test_plan_result_names_and_dsl_readers() -> None:
     z[i] = y[i] * 2
     np.testing.assert_allclose(z.to_numpy(), 2 * a @ x)
     np.testing.assert_allclose(pickle.loads(pickle.dumps(y)).to_numpy(), a @ x)
+
+
+@pytest.mark.parametrize("rank", [1, 3, 16, 64, 65])
+def test_small_dense_extents_are_compile_time_constants(rank) -> None:
+    """Inner dense levels of at most SPECIALIZE_EXTENT coordinates get a variant each, with
+    the extent as a constant; alternating extents switch variants and stay right."""
+    from coiter.runtime.kernel import SPECIALIZE_EXTENT
+
+    rng = np.random.default_rng(rank)
+    A = _random_csr(300, 5, rank)
+    k = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"})
+    At = coiter.Tensor.from_scipy(A)
+    for r in (rank, 2, rank):
+        B = rng.standard_normal((300, r))
+        C = k(A=At, B=B)
+        np.testing.assert_allclose(C.to_numpy(), A @ B, rtol=1e-12, atol=1e-12)
+        assert C.format == coiter.parse_format("dd")  # the declared format, not the variant's
+    fixed = {v.fixed for v in k.core.variants()}
+    assert (("B", 1, 2), ("C", 1, 2)) in fixed
+    assert ((("B", 1, rank), ("C", 1, rank)) in fixed) == (rank <= SPECIALIZE_EXTENT)
+    if rank <= SPECIALIZE_EXTENT:
+        variant = next(v for v in k.core.variants() if v.fixed and v.fixed[0][2] == rank)
+        assert f"B_vals[j * {rank} + k]" in variant.source or rank == 1
+
+
+@pytest.mark.parametrize("expr,formats,shapes,ref", [
+    ("A(i,j,l) = B(i,j,k) * C(k,l)", {"B": "sss", "A": "ssd"}, {"B": (6, 7, 8), "C": (8, 5)}, "ijk,kl->ijl"),
+    ("A(i,l) = B(i,j,k) * C(j,l) * D(k,l)", {"B": "sss"}, {"B": (6, 7, 8), "C": (7, 5), "D": (8, 5)},
+     "ijk,jl,kl->il"),
+    ("C(i,j) = A(i,j) * U(i,k) * V(j,k)", {"A": "csr", "C": "csr"}, {"A": (9, 8), "U": (9, 4), "V": (8, 4)},
+     "ij,ik,jk->ij"),
+])
+def test_rank_specialised_tensor_kernels(expr, formats, shapes, ref) -> None:
+    rng = np.random.default_rng(11)
+    arrays = {n: random_array(rng, s, 0.5) for n, s in shapes.items()}
+    ops = {n: coiter.Tensor.from_numpy(a, format=formats[n]) if n in formats else a for n, a in arrays.items()}
+    k = coiter.compile(expr, formats=formats)
+    for _ in range(2):
+        np.testing.assert_allclose(k(**ops).to_numpy(), np.einsum(ref, *arrays.values()), rtol=1e-12, atol=1e-12)
+    assert all(v.fixed for v in k.core.variants())

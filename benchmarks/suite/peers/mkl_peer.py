@@ -2,12 +2,24 @@
 TTV/TTM run on the fiber matricization."""
 from __future__ import annotations
 
+import glob
+import os
+import sys
+
 import numpy as np
 import scipy.sparse as sp
-import sparse_dot_mkl
-from sparse_dot_mkl import dot_product_mkl
 
-from ..check import from_scipy
+# The mkl wheel puts libmkl_rt.so.N in <prefix>/lib, where sparse_dot_mkl's search (the
+# loader's path, ctypes.util) does not look; MKL_RT names it, unless the user already did.
+if "MKL_RT" not in os.environ:
+    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
+    if found:
+        os.environ["MKL_RT"] = found[-1]
+
+import sparse_dot_mkl  # noqa: E402 - after MKL_RT is set
+from sparse_dot_mkl import dot_product_mkl  # noqa: E402
+
+from ..check import from_scipy  # noqa: E402
 from ..kernels import Case, fiber_result
 from ..settings import Settings
 from .base import Peer, Prepared

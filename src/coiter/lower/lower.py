@@ -1177,8 +1177,11 @@ class Lowerer(DerivedLoops, ParallelAssembly):
                     if decl.role in ("input", "result"):
                         for k in range(decl.order):
                             level = decl.format.levels[k]
-                            self.extent.setdefault(self.level_var(a, k),
-                                                   level.dimension(self.names(a.tensor, k)))
+                            v, dim = self.level_var(a, k), level.dimension(self.names(a.tensor, k))
+                            # a level that fixes the extent gives loops a constant bound
+                            if v not in self.extent or (isinstance(dim, Const) and
+                                                        not isinstance(self.extent[v], Const)):
+                                self.extent[v] = dim
         # rows assembled in parallel: each thread allocates its own workspaces and buffers
         self.region = self.region_loop()
         for name, decl in self.decls.items():

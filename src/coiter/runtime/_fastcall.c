@@ -78,6 +78,11 @@ typedef struct {
   OpSpec* ops;
   int* params;             /* (source, argument) pairs */
   int* checks;             /* pairs of words that must be equal */
+  int nfixed;
+  int64_t* fixed;          /* (word, value) pairs: extents the variant has as constants, or
+                              (value -1) extents it does not, which must then be 0 or above
+                              special_limit (another variant takes those) */
+  int64_t special_limit;
   int* rshape;             /* word holding each result mode's extent */
   int* rlevel_mode;        /* mode of each result storage level */
   int* out_typenums;
@@ -93,7 +98,9 @@ static void free_arrays(CallPlan* p) {
   PyMem_Free(p->ops); PyMem_Free(p->params); PyMem_Free(p->checks);
   PyMem_Free(p->rshape); PyMem_Free(p->rlevel_mode); PyMem_Free(p->out_typenums);
   PyMem_Free(p->out_itemsizes);
+  PyMem_Free(p->fixed);
   p->ops = NULL; p->params = p->checks = p->rshape = p->rlevel_mode = p->out_typenums = p->out_itemsizes = NULL;
+  p->fixed = NULL;
 }
 
 static int plan_traverse(CallPlan* p, visitproc visit, void* arg) {
@@ -147,19 +154,22 @@ static PyMemberDef* slot_of(PyObject* type, PyObject* name) {
 }
 
 /* CallPlan(fn, keepalive, ops, params, checks, rshape, rlevel_mode, result_kind, rtypenum,
- *          result_int32, out_typenums, out_itemsizes, finisher, tensor_type, storage_type,
- *          rformat, rname, gil_work)
+ *          result_int32, out_typenums, out_itemsizes, fixed, special_limit, finisher,
+ *          tensor_type, storage_type, rformat, rname, gil_work)
  * ops: tuple of (keyword, kind, sig, typenum, order, block_len) in block order. */
 static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   unsigned long long fn;
   PyObject *keepalive, *ops, *params, *checks, *rshape, *rlevel_mode, *out_typenums, *out_itemsizes;
+  PyObject* fixed;
+  long long special_limit;
   PyObject *finisher, *tensor_type, *storage_type, *rformat, *rname;
   int result_kind, rtypenum, result_int32;
   long long gil_work;
-  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!iipO!O!OOOOUL", &fn, &keepalive, &PyTuple_Type, &ops,
+  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!iipO!O!O!LOOOOUL", &fn, &keepalive, &PyTuple_Type, &ops,
                         &PyTuple_Type, &params, &PyTuple_Type, &checks, &PyTuple_Type, &rshape,
                         &PyTuple_Type, &rlevel_mode, &result_kind, &rtypenum, &result_int32,
-                        &PyTuple_Type, &out_typenums, &PyTuple_Type, &out_itemsizes, &finisher, &tensor_type, &storage_type,
+                        &PyTuple_Type, &out_typenums, &PyTuple_Type, &out_itemsizes,
+                        &PyTuple_Type, &fixed, &special_limit, &finisher, &tensor_type, &storage_type,
                         &rformat, &rname, &gil_work))
     return -1;
   if (!fn) { PyErr_SetString(PyExc_ValueError, "null kernel address"); return -1; }
@@ -204,6 +214,18 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   if (!(p->rlevel_mode = int_tuple(rlevel_mode, -1, &p->rlevels, "rlevel_mode"))) return -1;
   if (!(p->out_typenums = int_tuple(out_typenums, -1, &p->nout, "out_typenums"))) return -1;
   if (!(p->out_itemsizes = int_tuple(out_itemsizes, p->nout, NULL, "out_itemsizes"))) return -1;
+  Py_ssize_t nfixed = PyTuple_GET_SIZE(fixed);
+  if (nfixed % 2) { PyErr_SetString(PyExc_ValueError, "bad fixed"); return -1; }
+  p->nfixed = (int)(nfixed / 2);
+  p->special_limit = special_limit;
+  p->fixed = PyMem_Malloc(sizeof(int64_t) * (size_t)(nfixed > 0 ? nfixed : 1));
+  if (!p->fixed) { PyErr_NoMemory(); return -1; }
+  for (Py_ssize_t k = 0; k < nfixed; k++) {
+    p->fixed[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(fixed, k));
+    if (p->fixed[k] == -1 && PyErr_Occurred()) return -1;
+  }
+  for (int k = 0; k < p->nfixed; k++)
+    if (p->fixed[2 * k] < 0 || p->fixed[2 * k] >= p->nwords) { PyErr_SetString(PyExc_ValueError, "bad fixed word"); return -1; }
   if (p->rorder > MAX_ORDER || p->rlevels > MAX_ORDER || p->nout > MAX_OUT) {
     PyErr_SetString(PyExc_ValueError, "result too large for a call plan"); return -1;
   }
@@ -363,6 +385,10 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
   }
   for (int k = 0; k < p->nchecks; k++)
     if (w[p->checks[2 * k]] != w[p->checks[2 * k + 1]]) goto not_implemented;
+  for (int k = 0; k < p->nfixed; k++) {  /* another extent: another variant */
+    int64_t extent = w[p->fixed[2 * k]], value = p->fixed[2 * k + 1];
+    if (value >= 0 ? extent != value : (extent > 0 && extent <= p->special_limit)) goto not_implemented;
+  }
   for (int m = 0; m < p->rorder; m++) rshape[m] = w[p->rshape[m]];
   for (int k = 0; k < p->rlevels; k++) {
     rdims[k] = rshape[p->rlevel_mode[k]];

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..formats.format import Format
 from ..formats.storage import signature_id
-from .kernel import StorageKernel, Variant
+from .kernel import SPECIALIZE_EXTENT, StorageKernel, Variant
 
 try:
     from . import _fastcall
@@ -55,7 +55,7 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
     if any(d.converted_from is not None for d in decls.values()):
         return None
     rdecl = decls[core.result]
-    rfmt = rdecl.format
+    rfmt = core.result_format(var)
     if rfmt.layout is not None or len(rfmt.levels) != rfmt.order:
         return None
 
@@ -102,6 +102,14 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
     rshape = [first.get(v) for v in core.assignment.lhs.indices]
     if any(w is None for w in rshape):
         return None  # the result's shape must be given: the Python path
+    # (word, value): the extents the variant was compiled for; a generic level's extent
+    # (value -1) must not be one a specialised variant exists for
+    fixed: list[int] = []
+    extents = {(name, k): extent for name, k, extent in var.fixed}
+    for name, k in core.specializable():
+        mode = core.formats[name].ordering[k]
+        word = rshape[mode] if name == core.result else offsets[name][0] + mode
+        fixed += [word, extents.get((name, k), -1)]
     itype = var.itypes[core.result]
     out_types = [np.dtype(rdecl.dtype) if k < 0 else np.dtype(itype) for k, _ in ir.out_arrays]
     return _fastcall.CallPlan(
@@ -109,8 +117,8 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         tuple(rfmt.ordering),
         _fastcall.RESULT_ALLOCATED if ir.result_allocated else _fastcall.RESULT_DENSE,
         np.dtype(rdecl.dtype).num, itype == np.int32,
-        tuple(t.num for t in out_types), tuple(t.itemsize for t in out_types),
-        finisher, tensor_type, storage_type, rfmt, core.result, GIL_WORK)
+        tuple(t.num for t in out_types), tuple(t.itemsize for t in out_types), tuple(fixed),
+        SPECIALIZE_EXTENT, finisher, tensor_type, storage_type, rfmt, core.result, GIL_WORK)
 
 
 def _extent_words(core: StorageKernel, offsets: Mapping[str, tuple[int, int, list]]

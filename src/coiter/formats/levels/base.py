@@ -124,6 +124,11 @@ class Level(ABC):
             flags.append("nonunique")
         return self.kind + (f"({', '.join(flags)})" if flags else "")
 
+    def with_extent(self, extent: int) -> Level | None:
+        """This level with its dimension fixed to ``extent`` at compile time, so kernels
+        specialised on it use a constant (None: the level has no such form)."""
+        return None
+
     # --- iteration (IR) ----------------------------------------------------------------------
     def dimension(self, names: LevelNames) -> IRExpr:
         """The extent of this level's coordinate in generated code (a constant when the

@@ -5,7 +5,7 @@ kernels are specialised on it: loops and position arithmetic use a constant.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -24,6 +24,9 @@ class Dense(Level):
     full: ClassVar[bool] = True
     has_locate: ClassVar[bool] = True
     has_insert: ClassVar[bool] = True
+
+    def with_extent(self, extent: int) -> Dense:
+        return replace(self, extent=extent)
 
     def dimension(self, names: LevelNames) -> IRExpr:
         return Const(self.extent) if self.extent else names.dimension
