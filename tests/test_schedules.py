@@ -24,6 +24,12 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 RNG = np.random.default_rng(7)
 
 
+def _dense(shape: tuple[int, ...], density: float, seed: int) -> np.ndarray:
+    """Random values with about ``density`` of them nonzero."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape) * (rng.random(shape) < density)
+
+
 def _csr(n: int, m: int, density: float, seed: int) -> sp.csr_array:
     return sp.random_array((n, m), density=density, format="csr", random_state=seed)
 
@@ -469,3 +475,20 @@ def test_schedule_fuzzing(data, name: str, seed: int) -> None:
         assume(False)  # a precondition only the lowering can see (e.g. a while loop in parallel)
     np.testing.assert_allclose(got.to_numpy(), reference(), rtol=1e-10, atol=1e-12,
                                err_msg=f"{expr} with {', '.join(map(str, prog.commands))}")
+
+
+@pytest.mark.parametrize("expr,formats,schedule,shapes,ref", [
+    ("A(i,j) = B(i,j,k) * c(k)", {"B": "sss", "A": "ss"}, "split(i,i0,i1,4)", {"B": (8, 9, 10), "c": (10,)},
+     "ijk,k->ij"),
+    ("A(i,j) = B(i,j,k) * c(k)", {"B": "sss", "A": "ss"}, "split(i,i0,i1,3),split(j,j0,j1,2)",
+     {"B": (8, 9, 10), "c": (10,)}, "ijk,k->ij"),
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "dcsr", "B": "csr", "C": "dcsr"}, "split(i,i0,i1,4)",
+     {"A": (11, 7), "B": (7, 9)}, "ik,kj->ij"),
+])
+def test_split_loops_append_every_window(expr, formats, schedule, shapes, ref) -> None:
+    """Regression: a split loop over an appended result level used to keep only the last
+    window's count in that level's pos (silently dropping the other windows' entries)."""
+    arrays = {n: _dense(s, 0.3, len(n) + 31) for n, s in shapes.items()}
+    ops = {n: coiter.Tensor.from_numpy(a, format=formats[n]) if n in formats else a for n, a in arrays.items()}
+    k = coiter.compile(expr, formats=formats, schedule=schedule)
+    np.testing.assert_allclose(k(**ops).to_numpy(), np.einsum(ref, *arrays.values()), rtol=1e-12, atol=1e-12)

@@ -123,8 +123,9 @@ class Kernel:
         """The C call plan of ``var`` (built once; None when it has none)."""
         key = id(var)
         if key not in self._plans:
-            def finish(rc: int, vals: Any, arrays: Any, shape: tuple[int, ...]) -> Tensor | None:
-                storage = self.core.finish(var, rc, vals, arrays, shape)
+            def finish(rc: int, vals: Any, arrays: Any, shape: tuple[int, ...],
+                       shared: Storage | None) -> Tensor | None:
+                storage = self.core.finish(var, rc, vals, arrays, shape, shared)
                 return None if storage is None else Tensor._wrap(storage, name=self.core.result)
 
             self._plans[key] = build_plan(self.core, var, finish, Tensor, Storage)

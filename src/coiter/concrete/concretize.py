@@ -129,10 +129,13 @@ def _check_denominators(e: Expr, formats: Mapping[str, Format]) -> None:
                     )
 
 
-def _pattern_operand(a: Assignment, formats: Mapping[str, Format]) -> str | None:
-    """An operand whose stored pattern is exactly the result's iteration space: a factor
-    of the whole right-hand side with the result's indices and format, every other
-    operand dense (so the result has an entry wherever it has one)."""
+def _pattern_operand(a: Assignment, formats: Mapping[str, Format]) -> tuple[str, int] | None:
+    """An operand whose stored pattern gives the result's: a factor of the whole right-hand
+    side, every other operand dense, whose first levels are the result's first levels
+    (same level formats over the same index variables) with only dense result levels
+    below them. The result then has an entry wherever that operand has a position in
+    those levels; returns the operand and the number of levels shared. Shared levels
+    above the last must be unique (one result entry per coordinate)."""
     result = formats[a.lhs.tensor]
     if all(lv.has_insert for lv in result.levels) or result.layout is not None:
         return None
@@ -147,11 +150,21 @@ def _pattern_operand(a: Assignment, formats: Mapping[str, Format]) -> str | None
         else:
             factors.append(e)
     for f in factors:
-        if isinstance(f, Access) and f.indices == a.lhs.indices and formats[f.tensor] == result:
-            others = [x for x in accesses(a.rhs) if x is not f]
-            if all(x.tensor != f.tensor and all(lv.full for lv in formats[x.tensor].levels)
-                   for x in others):
-                return f.tensor
+        if not isinstance(f, Access) or formats[f.tensor].layout is not None:
+            continue
+        others = [x for x in accesses(a.rhs) if x is not f]
+        if not all(x.tensor != f.tensor and all(lv.full for lv in formats[x.tensor].levels) for x in others):
+            continue
+        fmt = formats[f.tensor]
+        shared = 0
+        while (shared < min(fmt.order, result.order) and fmt.levels[shared] == result.levels[shared]
+               and f.indices[fmt.ordering[shared]] == a.lhs.indices[result.ordering[shared]]):
+            shared += 1
+        if shared == result.order and shared == fmt.order:
+            return f.tensor, shared  # the whole pattern
+        below_dense = all(lv.full and lv.has_insert for lv in result.levels[shared:])
+        if shared and below_dense and all(lv.unique for lv in fmt.levels[:shared]):
+            return f.tensor, shared
     return None
 
 
@@ -181,11 +194,14 @@ def concretize(
     rank = {v: n for n, v in enumerate(lo.order)}
 
     decls: dict[str, TensorDecl] = {}
+    pattern = _pattern_operand(assignment, formats)
     for name, fmt in formats.items():
         role = "result" if name == lhs.tensor else "input"
+        shares = role == "result" and pattern is not None
         decls[name] = TensorDecl(name, fmt, np.dtype(dtypes[name]), role,
                                  converted_from=plan.converted.get(name),
-                                 pattern_of=_pattern_operand(assignment, formats) if role == "result" else None)
+                                 pattern_of=pattern[0] if shares else None,
+                                 pattern_levels=pattern[1] if shares else 0)
     renames: dict[Access, Access] = {}
     for idx, new_fmt in lo.transposed:
         acc = operand_accesses[idx]

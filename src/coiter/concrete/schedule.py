@@ -115,7 +115,8 @@ def _with(prog: ConcreteProgram, stmt: Stmt, *relations: Any, **changes: Any) ->
 def random_writes(decl: TensorDecl) -> bool:
     """Whether a result can be written in any order: every level inserts, or it shares
     an operand's pattern (written in place at that operand's positions)."""
-    return decl.pattern_of is not None or all(lv.has_insert for lv in decl.format.levels)
+    whole = decl.pattern_of is not None and decl.pattern_levels == decl.order
+    return whole or all(lv.has_insert for lv in decl.format.levels)
 
 
 def _factors(e: Expr) -> list[Expr]:

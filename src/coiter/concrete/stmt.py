@@ -120,10 +120,12 @@ class TensorDecl:
     modes: tuple[IndexVar, ...] = ()
     # an operand the compiler re-stores in another format (automatic transposition)
     converted_from: str | None = None
-    # result only: an operand whose pattern contains the result's (a factor of the whole
-    # right-hand side, same format and indices, every other operand dense); a scheduled
-    # kernel may then write the result in place at that operand's positions
+    # result only: an operand whose first ``pattern_levels`` levels are the result's (a
+    # factor of the whole right-hand side, every other operand dense, dense result levels
+    # below): the kernel writes the result at that operand's positions and the result
+    # shares those levels' arrays instead of assembling them
     pattern_of: str | None = None
+    pattern_levels: int = 0
 
     @property
     def order(self) -> int:

@@ -75,15 +75,16 @@ class Storage:
     @cached_property
     def _cargs(self) -> bytes:
         """This storage as kernel arguments, int64 words: its signature id (see
-        :func:`signature_id`), the shape, every level's dimension, the address of every
-        level array (levels outermost first, each level's ``arrays`` in order), the address
-        of the values and their count. Read by the C call path."""
+        :func:`signature_id`), the shape, every level's dimension, every level's number of
+        positions, the address of every level array (levels outermost first, each level's
+        ``arrays`` in order), the address of the values and their count. Read by the C
+        call path."""
         addresses = self.addresses
         pointers = [addresses[(k, name)] for k, level in enumerate(self.format.levels)
                     for name in level.arrays]
         sig = signature_id(self.format, self.vals.dtype, self.index_dtype)
-        words = [sig, *self.shape, *self.level_dims, *pointers, addresses[(-1, "vals")],
-                 self.vals.shape[0]]
+        words = [sig, *self.shape, *self.level_dims, *self.level_sizes(), *pointers,
+                 addresses[(-1, "vals")], self.vals.shape[0]]
         return np.array(words, dtype=np.int64).tobytes()
 
     def level_sizes(self) -> list[int]:

@@ -83,11 +83,12 @@ def sanitize(name: str) -> str:
 class ParamSpec:
     """One C parameter and where its value comes from at call time."""
 
-    # "dim" | "array" | "vals" | "shared_vals" (values over operand ``array``'s pattern) |
+    # "dim" | "array" | "vals" | "shared_vals" (values over the positions of the first
+    # ``level`` levels of operand ``array``, times the result's dense levels below them) |
     # "out" | "out_len" | "cap_hint" | "threads" | "work"
     kind: str
     tensor: str
-    level: int = -1  # 0-based storage level for "dim"/"array"
+    level: int = -1  # 0-based storage level for "dim"/"array", shared levels for "shared_vals"
     array: str = ""
 
 
@@ -337,14 +338,33 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         self.parallel_depth = 0  # CPUThread loops enclosing the statement being lowered
         self.result = prog.result
         rdecl = self.decls[self.result]
-        # a scheduled kernel writes a result sharing an operand's pattern at that operand's
-        # positions (the schedule may visit them in any order)
+        # a result sharing an operand's first levels is written at that operand's positions
+        # (dense levels below them by insert) and takes those levels' arrays: nothing to
+        # assemble. Sharing only some levels needs the operand's loops over those levels
+        # outermost, as concretize orders them (a schedule may move them), and the C back
+        # end (CUDA sizes values by the operand's).
         self.shared: Access | None = None
-        if prog.commands and rdecl.pattern_of is not None and mode == "fused":
-            lhs = next(s.lhs for s in walk_stmts(prog.stmt) if isinstance(s, Assign) and s.lhs.tensor == self.result)
-            self.shared = Access(rdecl.pattern_of, lhs.indices)
+        self.shared_levels = rdecl.pattern_levels
+        if rdecl.pattern_of is not None and mode == "fused":
+            operand = next(a for st in walk_stmts(prog.stmt) if isinstance(st, Assign)
+                           for a in _stmt_accesses(st) if a.tensor == rdecl.pattern_of)
+            whole = rdecl.pattern_levels == rdecl.order == self.decls[operand.tensor].order
+            if whole or (target == "c" and self._outermost(operand, rdecl.pattern_levels)):
+                self.shared = operand
         self.result_allocated = not rdecl.format.is_dense and self.shared is None
         self.groups = [] if self.shared is not None else self._result_groups(rdecl)
+
+    def _outermost(self, a: Access, levels: int) -> bool:
+        """Whether the outermost loops walk the first ``levels`` levels of ``a``, in order,
+        over original (not derived) variables."""
+        fmt = self.decls[a.tensor].format
+        s: Stmt = self.prog.stmt
+        for k in range(levels):
+            if not isinstance(s, Forall) or s.var != a.indices[fmt.ordering[k]] or \
+                    self.prov.defining(s.var) is not None:
+                return False
+            s = s.body
+        return True
 
     # -- naming --------------------------------------------------------------------------
     def _unique(self, base: str) -> str:
@@ -415,10 +435,17 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         stmts: list[IRStmt] = []
         for a in accs:
             decl = self.decls[a.tensor]
-            if (decl.role == "temp" and decl.order == 0) or (a.tensor == self.result and self.shared):
+            if decl.role == "temp" and decl.order == 0:
                 continue
             fmt = decl.format
             k = self.resolved_depth(scope, a)
+            if a.tensor == self.result and self.shared is not None:
+                # the shared levels stand where the operand does; dense levels below insert
+                top = (self.shared, self.shared_levels - 1)
+                if self.shared_levels == decl.order or k >= self.shared_levels or top not in scope.pos:
+                    continue
+                new[(a, self.shared_levels - 1)] = scope.pos[top]
+                k = self.shared_levels
             while k < fmt.order:
                 level = fmt.levels[k]
                 v = self.level_var(a, k)
@@ -538,7 +565,7 @@ class Lowerer(DerivedLoops, ParallelAssembly):
             return []
         if decl.order == 0:
             pos: IRExpr = Const(0)
-        elif decl.role == "result" and self.shared is not None:
+        elif decl.role == "result" and self.shared is not None and self.shared_levels == decl.order:
             pos = scope.pos[(self.shared, decl.order - 1)].lo
         else:
             last = decl.order - 1
@@ -1163,7 +1190,7 @@ class Lowerer(DerivedLoops, ParallelAssembly):
                 cparams += [Param("void", f"{cn}_out", 2), Param("int64_t", f"{cn}_out_len", 1),
                             Param("int64_t", f"{cn}_cap_hint")]
             elif is_result and self.shared is not None:
-                params.append(ParamSpec("shared_vals", name, array=self.shared.tensor))
+                params.append(ParamSpec("shared_vals", name, self.shared_levels, self.shared.tensor))
                 cparams.append(Param(self.vtype[name], self.vals(name), 1))
             else:
                 params.append(ParamSpec("vals", name))

@@ -8,12 +8,14 @@
  *     ``_cargs`` bytes, whose signature must be the variant's) or from a C-contiguous,
  *     aligned NumPy array when the kernel reads that operand as a dense row-major tensor;
  *   - checks that index variables shared by several operands have one size;
- *   - allocates a dense result, or receives the arrays a sparse result was malloc'ed into
- *     and wraps them in NumPy arrays without copying (freed with the array);
+ *   - allocates a dense result, or the values of a result over an operand's first levels,
+ *     or receives the arrays a sparse result was malloc'ed into and wraps them in NumPy
+ *     arrays without copying (freed with the array);
  *   - calls the kernel's packed entry point ``int f(const int64_t* args)``, without the GIL
  *     when the call has enough work to make that worth it;
- *   - builds the result Tensor itself (dense results) or hands the arrays to the plan's
- *     Python finisher (sparse results, error codes).
+ *   - builds the result Tensor itself (dense results) or hands the values, arrays and the
+ *     storage of the operand whose levels the result shares to the plan's Python finisher
+ *     (sparse results, error codes).
  * Whatever it does not handle (other operand types, converted operands, shape mismatches,
  * bad ``threads``) makes it return NotImplemented, and the caller takes the Python path,
  * which raises the proper error or converts the operands. It never raises for user input.
@@ -41,7 +43,7 @@ enum {  /* where a kernel parameter comes from */
   SRC_OUT_LEN = 6,   /* their lengths */
   SRC_CAP_HINT = 7,  /* initial capacity of appended result arrays */
 };
-enum { RESULT_DENSE = 0, RESULT_ALLOCATED = 1 };
+enum { RESULT_DENSE = 0, RESULT_ALLOCATED = 1, RESULT_SHARED = 2 };
 
 #define MAX_WORDS 4096
 #define MAX_PARAMS 1024
@@ -74,6 +76,8 @@ typedef struct {
   PyObject* rname;         /* the result's name */
   int nops, nwords, nparams, nchecks, rorder, rlevels, result_kind, rtypenum, nout;
   int result_int32;        /* result index arrays are int32: its dimensions must fit */
+  int shared_op, shared_word, shared_levels;  /* RESULT_SHARED: operand, word of its
+                              positions in the last shared level, levels shared */
   int64_t gil_work;        /* release the GIL from this much work on */
   OpSpec* ops;
   int* params;             /* (source, argument) pairs */
@@ -153,21 +157,24 @@ static PyMemberDef* slot_of(PyObject* type, PyObject* name) {
   return def;
 }
 
-/* CallPlan(fn, keepalive, ops, params, checks, rshape, rlevel_mode, result_kind, rtypenum,
+/* CallPlan(fn, keepalive, ops, params, checks, rshape, rlevel_mode, result_kind,
+ *          (shared_op, shared_word, shared_levels), rtypenum,
  *          result_int32, out_typenums, out_itemsizes, fixed, special_limit, finisher,
  *          tensor_type, storage_type, rformat, rname, gil_work)
  * ops: tuple of (keyword, kind, sig, typenum, order, block_len) in block order. */
 static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   unsigned long long fn;
+  int shared_op, shared_word, shared_levels;
   PyObject *keepalive, *ops, *params, *checks, *rshape, *rlevel_mode, *out_typenums, *out_itemsizes;
   PyObject* fixed;
   long long special_limit;
   PyObject *finisher, *tensor_type, *storage_type, *rformat, *rname;
   int result_kind, rtypenum, result_int32;
   long long gil_work;
-  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!iipO!O!O!LOOOOUL", &fn, &keepalive, &PyTuple_Type, &ops,
+  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!i(iii)ipO!O!O!LOOOOUL", &fn, &keepalive, &PyTuple_Type, &ops,
                         &PyTuple_Type, &params, &PyTuple_Type, &checks, &PyTuple_Type, &rshape,
-                        &PyTuple_Type, &rlevel_mode, &result_kind, &rtypenum, &result_int32,
+                        &PyTuple_Type, &rlevel_mode, &result_kind, &shared_op, &shared_word,
+                        &shared_levels, &rtypenum, &result_int32,
                         &PyTuple_Type, &out_typenums, &PyTuple_Type, &out_itemsizes,
                         &PyTuple_Type, &fixed, &special_limit, &finisher, &tensor_type, &storage_type,
                         &rformat, &rname, &gil_work))
@@ -193,7 +200,7 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
     long long sig;
     int kind, typenum, order, len;
     if (!PyArg_ParseTuple(spec, "UiLiii", &keyword, &kind, &sig, &typenum, &order, &len)) return -1;
-    if (order > MAX_ORDER || len < order + 2) { PyErr_SetString(PyExc_ValueError, "bad operand block"); return -1; }
+    if (order > MAX_ORDER || len < 3 * order + 2) { PyErr_SetString(PyExc_ValueError, "bad operand block"); return -1; }
     Py_INCREF(keyword);
     PyUnicode_InternInPlace(&keyword);
     OpSpec* o = &p->ops[k];
@@ -241,6 +248,11 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
     if (p->rshape[k] < 0 || p->rshape[k] >= p->nwords) { PyErr_SetString(PyExc_ValueError, "bad rshape"); return -1; }
   for (int k = 0; k < p->rlevels; k++)
     if (p->rlevel_mode[k] < 0 || p->rlevel_mode[k] >= p->rorder) { PyErr_SetString(PyExc_ValueError, "bad rlevel_mode"); return -1; }
+  if (result_kind == RESULT_SHARED && (shared_op < 0 || shared_op >= p->nops || shared_word < 0 ||
+                                      shared_word >= p->nwords || shared_levels < 1 || shared_levels > p->rlevels)) {
+    PyErr_SetString(PyExc_ValueError, "bad shared result"); return -1;
+  }
+  p->shared_op = shared_op; p->shared_word = shared_word; p->shared_levels = shared_levels;
   p->result_kind = result_kind;
   p->rtypenum = rtypenum;
   p->result_int32 = result_int32;
@@ -264,8 +276,12 @@ static int bind_operand(CallPlan* p, const OpSpec* o, PyObject* obj, int64_t* w,
       return 0;
     if (PyArray_TYPE(a) != o->typenum && !PyArray_EquivTypenums(PyArray_TYPE(a), o->typenum)) return 0;
     const npy_intp* dims = PyArray_DIMS(a);
-    for (int m = 0; m < o->order; m++) w[m] = dims[m];
-    for (int m = 0; m < o->order; m++) w[o->order + m] = dims[m];  /* dense levels: the shape */
+    int64_t positions = 1;
+    for (int m = 0; m < o->order; m++) {  /* dense levels: the shape, and its running product */
+      w[m] = w[o->order + m] = dims[m];
+      positions *= dims[m];
+      w[2 * o->order + m] = positions;
+    }
     w[o->len - 2] = (int64_t)(uintptr_t)PyArray_DATA(a);
     w[o->len - 1] = (int64_t)PyArray_SIZE(a);
     Py_INCREF(obj);
@@ -406,6 +422,12 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
     vals = PyArray_ZEROS(1, &n, p->rtypenum, 0);
     if (!vals) goto done;
     work += size;
+  } else if (p->result_kind == RESULT_SHARED) {
+    int64_t shared = w[p->shared_word];  /* positions of the last shared level */
+    for (int k = p->shared_levels; k < p->rlevels; k++) shared *= rdims[k];
+    npy_intp n = (npy_intp)(shared > 0 ? shared : 1);
+    vals = PyArray_ZEROS(1, &n, p->rtypenum, 0);
+    if (!vals) goto done;
   }
 
   for (int k = 0; k < p->nparams; k++) {
@@ -449,8 +471,9 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
   if (p->result_kind == RESULT_DENSE && rc == 0)
     result = dense_tensor(p, shape, vals);
   else
-    result = PyObject_CallFunction(p->finisher, "iOOO", rc, vals ? vals : Py_None,
-                                   arrays ? arrays : Py_None, shape);
+    result = PyObject_CallFunction(p->finisher, "iOOOO", rc, vals ? vals : Py_None,
+                                   arrays ? arrays : Py_None, shape,
+                                   p->result_kind == RESULT_SHARED ? hold[p->shared_op] : Py_None);
   goto done;
 
 not_implemented:
@@ -518,5 +541,6 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
   PyModule_AddIntConstant(m, "SRC_CAP_HINT", SRC_CAP_HINT);
   PyModule_AddIntConstant(m, "RESULT_DENSE", RESULT_DENSE);
   PyModule_AddIntConstant(m, "RESULT_ALLOCATED", RESULT_ALLOCATED);
+  PyModule_AddIntConstant(m, "RESULT_SHARED", RESULT_SHARED);
   return m;
 }

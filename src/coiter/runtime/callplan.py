@@ -18,7 +18,7 @@ import numpy as np
 
 from ..formats.format import Format
 from ..formats.storage import signature_id
-from .kernel import SPECIALIZE_EXTENT, StorageKernel, Variant
+from .kernel import SPECIALIZE_EXTENT, StorageKernel, Variant, shared_spec
 
 try:
     from . import _fastcall
@@ -35,7 +35,8 @@ def available() -> bool:
 
 
 def _block(fmt: Format) -> tuple[int, list[tuple[int, str]]]:
-    """Number of levels and the (level, array) list of ``fmt``'s argument block."""
+    """Number of levels and the (level, array) list of ``fmt``'s argument block: shape,
+    level dimensions, level sizes, arrays, values, value count (Storage._cargs)."""
     arrays = [(k, name) for k, level in enumerate(fmt.levels) for name in level.arrays]
     return len(fmt.levels), arrays
 
@@ -43,9 +44,10 @@ def _block(fmt: Format) -> tuple[int, list[tuple[int, str]]]:
 def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
                tensor_type: type, storage_type: type) -> Any | None:
     """A CallPlan for ``var`` of ``core``, or None when the variant needs the Python path
-    (converted or scheduled in-place operands, converted results, a result shape no operand
-    gives) or the extension is missing. ``finisher(rc, vals, arrays, shape)`` builds sparse
-    results and reports errors; dense results become ``tensor_type`` objects in C."""
+    (converted operands, converted results, a result shape no operand gives) or the
+    extension is missing. ``finisher(rc, vals, arrays, shape, shared)`` builds sparse
+    results (``shared``: the storage of the operand whose levels the result shares) and
+    reports errors; dense results become ``tensor_type`` objects in C."""
     if _fastcall is None or core.tuner is not None or var.ir.mode != "fused":
         return None
     prog, ir = var.prog, var.ir
@@ -66,7 +68,7 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         fmt, dtype = core.formats[name], decls[name].dtype
         nlevels, arrays = _block(fmt)
         order = core.orders[name]
-        length = order + nlevels + len(arrays) + 2
+        length = order + 2 * nlevels + len(arrays) + 2
         dense = fmt.is_dense and fmt.is_identity_ordered
         kind = _fastcall.OP_DENSE if dense else _fastcall.OP_STORAGE
         sig = signature_id(fmt, dtype, var.itypes.get(name))
@@ -76,7 +78,7 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
 
     params: list[int] = []
     sources = {"threads": _fastcall.SRC_THREADS, "work": _fastcall.SRC_WORK,
-               "vals": _fastcall.SRC_RVALS, "out": _fastcall.SRC_OUT,
+               "vals": _fastcall.SRC_RVALS, "shared_vals": _fastcall.SRC_RVALS, "out": _fastcall.SRC_OUT,
                "out_len": _fastcall.SRC_OUT_LEN, "cap_hint": _fastcall.SRC_CAP_HINT}
     for p in ir.params:
         if p.kind in ("threads", "work") or (p.tensor == core.result and p.kind in sources):
@@ -89,14 +91,14 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
             if p.kind == "dim":
                 word = base + order + p.level
             elif p.kind == "vals":
-                word = base + order + nlevels + len(arrays)
+                word = base + order + 2 * nlevels + len(arrays)
             elif (p.level, p.array) in arrays:
-                word = base + order + nlevels + arrays.index((p.level, p.array))
+                word = base + order + 2 * nlevels + arrays.index((p.level, p.array))
             else:
                 return None
             params += [_fastcall.SRC_WORD, word]
         else:
-            return None  # a result over an operand's pattern, or a parameter unknown here
+            return None  # a parameter unknown here
 
     checks, first = _extent_words(core, offsets)
     rshape = [first.get(v) for v in core.assignment.lhs.indices]
@@ -112,10 +114,19 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         fixed += [word, extents.get((name, k), -1)]
     itype = var.itypes[core.result]
     out_types = [np.dtype(rdecl.dtype) if k < 0 else np.dtype(itype) for k, _ in ir.out_arrays]
+    # (operand, word of its positions in the last shared level, shared levels)
+    shared: tuple[int, int, int] = (-1, 0, 0)
+    spec = shared_spec(ir)
+    if spec is not None:
+        base, order, _ = offsets[spec.array]
+        shared = (core.inputs.index(spec.array), base + order + len(core.formats[spec.array].levels)
+                  + spec.level - 1, spec.level)
+        kind = _fastcall.RESULT_SHARED
+    else:
+        kind = _fastcall.RESULT_ALLOCATED if ir.result_allocated else _fastcall.RESULT_DENSE
     return _fastcall.CallPlan(
         var.address, var.library, tuple(ops), tuple(params), tuple(checks), tuple(rshape),
-        tuple(rfmt.ordering),
-        _fastcall.RESULT_ALLOCATED if ir.result_allocated else _fastcall.RESULT_DENSE,
+        tuple(rfmt.ordering), kind, shared,
         np.dtype(rdecl.dtype).num, itype == np.int32,
         tuple(t.num for t in out_types), tuple(t.itemsize for t in out_types), tuple(fixed),
         SPECIALIZE_EXTENT, finisher, tensor_type, storage_type, rfmt, core.result, GIL_WORK)

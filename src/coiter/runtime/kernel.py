@@ -25,7 +25,7 @@ from ..concrete.stmt import ConcreteProgram
 from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
-from ..lower.lower import BOUND_ERROR, KernelIR, lower
+from ..lower.lower import BOUND_ERROR, KernelIR, ParamSpec, lower
 from ..notation.ast import Assignment, Div, IndexVar, Literal, accesses, walk
 from ..notation.reductions import insert_reductions
 from .autotune import AutoTuner
@@ -81,6 +81,24 @@ def adopt(ptr: int, length: int, dtype: np.dtype) -> np.ndarray:
     buf = (ctypes.c_char * nbytes).from_address(ptr)
     weakref.finalize(buf, _libc.free, ptr)
     return np.frombuffer(buf, dtype=dtype, count=length)
+
+
+def shared_spec(ir: KernelIR) -> ParamSpec | None:
+    """The parameter of a result written over an operand's first levels, if there is one."""
+    return next((p for p in ir.params if p.kind == "shared_vals"), None)
+
+
+def shared_size(operand: Storage, levels: int, rdims: tuple[int, ...]) -> int:
+    """Values of a result over the first ``levels`` levels of ``operand``: that level's
+    positions times the result's dense levels below it."""
+    return operand.level_sizes()[levels - 1] * math.prod(rdims[levels:])
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A view of an operand's index array that the result holds (it cannot write it)."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def call_work(storages: Mapping[str, Storage], inputs: list[str], dense_result: int) -> int:
@@ -328,7 +346,8 @@ class StorageKernel:
                     res_vals = np.zeros(max(size, 1), dtype=rdecl.dtype)
                     args[n] = res_vals.ctypes.data
                 elif p.kind == "shared_vals":
-                    res_vals = np.zeros(max(len(storages[p.array].vals), 1), dtype=rdecl.dtype)
+                    size = shared_size(storages[p.array], p.level, rdims)
+                    res_vals = np.zeros(max(size, 1), dtype=rdecl.dtype)
                     args[n] = res_vals.ctypes.data
                 elif p.kind == "out":
                     args[n] = out.ctypes.data
@@ -358,15 +377,8 @@ class StorageKernel:
                 raise KernelError(_ERRORS.get(rc, f"kernel failed with code {rc}"))
             assert res_vals is not None
             return Storage(rfmt, rshape, pattern.levels, res_vals[: pattern.nnz])
-        if p_shared := next((p for p in ir.params if p.kind == "shared_vals"), None):
-            if rc != 0:
-                raise KernelError(_ERRORS.get(rc, f"kernel failed with code {rc}"))
-            assert res_vals is not None
-            shared = storages[p_shared.array]
-            # the operand's pattern, copied: the result owns its arrays
-            levels = tuple({arr: a.copy() for arr, a in lv.items()} for lv in shared.levels)
-            return Storage(rfmt, rshape, levels, res_vals[: len(shared.vals)])
-        return self.finish(var, rc, res_vals, arrays, rshape)
+        spec = shared_spec(ir)
+        return self.finish(var, rc, res_vals, arrays, rshape, storages[spec.array] if spec else None)
 
     def result_format(self, var: Variant) -> Format:
         """The format of the result Storage ``var`` builds: its program's, with the levels
@@ -381,9 +393,11 @@ class StorageKernel:
         return Format(levels, fmt.ordering, fmt.layout)
 
     def finish(self, var: Variant, rc: int, vals: np.ndarray | None,
-               arrays: tuple[np.ndarray, ...] | None, rshape: tuple[int, ...]) -> Storage | None:
-        """The result Storage of a fused or assemble call that returned ``rc`` with dense
-        values ``vals`` or result ``arrays`` (in ``ir.out_arrays`` order); None when int32
+               arrays: tuple[np.ndarray, ...] | None, rshape: tuple[int, ...],
+               shared: Storage | None = None) -> Storage | None:
+        """The result Storage of a fused or assemble call that returned ``rc`` with values
+        ``vals`` (dense results, or results over the first levels of operand storage
+        ``shared``) or result ``arrays`` (in ``ir.out_arrays`` order); None when int32
         result indices overflowed (the caller retries with int64); KernelError for other
         failures."""
         ir = var.ir
@@ -393,10 +407,17 @@ class StorageKernel:
             raise KernelError(_ERRORS.get(rc, f"kernel failed with code {rc}"))
         rdecl = var.prog.tensors[self.result]
         rfmt = self.result_format(var)
+        rdims = tuple(rshape[m] for m in rfmt.ordering)
+        spec = shared_spec(ir)
+        if spec is not None:
+            assert vals is not None and shared is not None
+            levels: tuple[dict[str, np.ndarray], ...] = tuple(
+                {name: _read_only(a) for name, a in lv.items()} for lv in shared.levels[: spec.level])
+            levels += tuple({} for _ in rfmt.levels[spec.level:])
+            return Storage(rfmt, rshape, levels, vals[: shared_size(shared, spec.level, rdims)])
         if arrays is None:
             assert vals is not None
-            rdims = tuple(rshape[m] for m in rfmt.ordering)
-            levels: tuple[dict[str, np.ndarray], ...] = tuple({} for _ in rfmt.levels)
+            levels = tuple({} for _ in rfmt.levels)
             return Storage(rfmt, rshape, levels, vals[: math.prod(rdims)] if rdims else vals)
         by_slot = dict(zip(ir.out_arrays, arrays))
         levels = tuple({arr: by_slot[(k, arr)] for arr in lv.arrays} for k, lv in enumerate(rfmt.levels))

@@ -45,7 +45,9 @@ class Compressed(Level):
     def append_edges(
         self, names: LevelNames, parent: IRExpr, begin: IRExpr, end: IRExpr
     ) -> list[IRStmt]:
-        return [Assign(Load(names.array("pos"), add(parent, Const(1))), Bin("-", end, begin))]
+        # added, not assigned: a split loop appends one parent's entries in several windows
+        # (pos starts zeroed)
+        return [Assign(Load(names.array("pos"), add(parent, Const(1))), Bin("-", end, begin), "+=")]
 
     def append_finalize(self, names: LevelNames, parent_size: IRExpr) -> list[IRStmt]:
         pos = names.array("pos")
