@@ -8,7 +8,7 @@ reduction placement (innermost scope containing all uses) densely with NumPy.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import coiter
@@ -105,7 +105,21 @@ def reference(text: str, data: dict, dims: dict) -> np.ndarray:
     return np.transpose(out, [vs.index(v) for v in lhs]) if lhs else out
 
 
+_C = np.array([[[-2., -2., 1., -3.], [1., -3., -3., 3.], [-2., -3., 1., 0.], [0., 3., 1., 0.]]])
+
+
 @given(problems())
+# found by this test: a fixed inner extent carried into a transposed copy of C; a
+# collapsed loop walking B alone where C is co-iterated, or where a constant is added
+@example(("A(i,j) = ((C(k,j,i) + 2.0) + D())", {"C": (_C, "dsd"), "D": (np.array(-1.), "")}, "ds:1,0",
+          {"i": 4, "j": 4, "k": 1}))
+@example(("A(i,j,k) = ((C(k,j,i) + 2.0) + 3)", {"C": (_C, "dsd")}, "dsd", {"i": 4, "j": 4, "k": 1}))
+@example(("A(j,i,k) = (((2.0 + C(k,j,i)) + 2.0) + 2.0)", {"C": (np.zeros((0, 1, 1)), "dsd")}, "dsh",
+          {"i": 1, "j": 1, "k": 0}))
+@example(("A() = ((2.0 + B(i,j,k)) + B(i,j,k))", {"B": (np.zeros((1, 1, 1)), "sss")}, "",
+          {"i": 1, "j": 1, "k": 1}))
+@example(("A() = (B(i,j) * ((2.0 + 2.0) + C(i)))",
+          {"B": (np.zeros((0, 0)), "ds:1,0"), "C": (np.zeros(0), "s")}, "", {"i": 0, "j": 0, "k": 0}))
 def test_random_expression_matches_numpy(problem) -> None:
     text, data, out_fmt, dims = problem
     operands = {n: coiter.Tensor.from_numpy(a, format=f or None) for n, (a, f) in data.items()}

@@ -105,3 +105,38 @@ def test_scheduled_kernels_share_while_the_operands_loops_stay_outermost() -> No
     A = k(B=B, c=c)
     np.testing.assert_allclose(A.to_numpy(), expected, rtol=1e-12)
     assert not _shares_any(A, B)
+
+
+@pytest.mark.parametrize("expr,formats,shapes,ref,collapsed", [
+    # TTV over B's fibers: one loop over B's level-2 (level-3) positions
+    ("A(i,j) = B(i,j,k) * c(k)", {"B": "sss", "A": "ss"}, {"B": (6, 7, 8), "c": (8,)}, "ijk,k->ij", "pB2"),
+    ("A(i,j) = B(i,j,k) * c(k)", {"B": "dss", "A": "ds"}, {"B": (6, 7, 8), "c": (8,)}, "ijk,k->ij", "pB2"),
+    ("A(i,j,k) = B(i,j,k,l) * c(l)", {"B": "ssss", "A": "sss"}, {"B": (4, 5, 3, 6), "c": (6,)},
+     "ijkl,l->ijk", "pB3"),
+    ("A(i,j,l) = B(i,j,k) * C(k,l)", {"B": "sss", "A": "ssd"}, {"B": (6, 7, 8), "C": (8, 5)}, "ijk,kl->ijl",
+     "pB2"),
+    # a scatter into a dense result not indexed by the collapsed coordinates
+    ("y(k) = B(i,j,k) * 2", {"B": "sss"}, {"B": (6, 7, 8)}, "ijk->k", "pB3"),
+    # not collapsed: another operand reads i; a non-unique level
+    ("A(i,j) = B(i,j,k) * c(k) * d(i)", {"B": "sss", "A": "ss"}, {"B": (6, 7, 8), "c": (8,), "d": (6,)},
+     "ijk,k,i->ij", None),
+    ("A(i,j) = B(i,j,k) * c(k)", {"B": "ucq", "A": "ss"}, {"B": (6, 7, 8), "c": (8,)}, "ijk,k->ij", None),
+    # the loop over i stays (y(i) reads i); the loops over j and k inside it collapse
+    ("y(i) = B(i,j,k) * c(k)", {"B": "sss"}, {"B": (6, 7, 8), "c": (8,)}, "ijk,k->i", "pB1"),
+])
+def test_loops_over_unused_coordinates_collapse(expr, formats, shapes, ref, collapsed) -> None:
+    """Nested loops over an operand's levels whose outer coordinates nothing reads become
+    one loop over the inner level's positions; the values stay right either way."""
+    rng = np.random.default_rng(len(expr) + len(formats["B"]))
+    arrays = {n: random_array(rng, s, 0.4) for n, s in shapes.items()}
+    ops = {n: coiter.Tensor.from_numpy(a, format=formats[n]) if n in formats else a for n, a in arrays.items()}
+    k = coiter.compile(expr, formats=formats)
+    expected = np.einsum(ref, *arrays.values()) * (2 if "* 2" in expr else 1)
+    for threads in (None, 2):
+        np.testing.assert_allclose(k(**ops, threads=threads).to_numpy(), expected, rtol=1e-12, atol=1e-12)
+    loops = [line.strip() for line in k.source.splitlines() if line.strip().startswith("for (int64_t p")]
+    assert loops, k.source
+    if collapsed:
+        assert loops[0].startswith(f"for (int64_t {collapsed} = "), loops[0]
+    else:  # a collapsed loop starts at the children of the children: B2_pos[B1_pos[0]]
+        assert not any("_pos[B" in line.split(";")[0] for line in loops), loops

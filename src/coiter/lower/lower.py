@@ -713,6 +713,9 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         return self.window.get(v, (Const(0), self.extent[v]))
 
     def _lower_coordinate_loop(self, f: Forall, scope: Scope) -> list[IRStmt]:
+        collapsed = self._collapsed_loop(f, scope)
+        if collapsed is not None:
+            return collapsed
         v = f.var
         vname = self.var(v)
         lattice = build_lattice(value_expr(f.body), self.iter_of(scope, v))
@@ -793,6 +796,98 @@ class Lowerer(DerivedLoops, ParallelAssembly):
                 out += level.append_edges(self.names(a.tensor, g.head), parent,
                                           Var(begins[g.head]), Var(g.counter))
         return out
+
+    def _collapse_chain(self, f: Forall, scope: Scope) -> tuple[Access, int, list[Forall]] | None:
+        """Nested loops over consecutive unique levels of one operand ``a``, from ``f`` down,
+        where the body vanishes without ``a`` (so only ``a``'s positions count) and whose
+        coordinates (all but the innermost's) nothing else reads: no other operand,
+        no result level (unless the result is written at ``a``'s positions: a shared
+        pattern), no derived variable, no schedule. Returns ``a``, the level ``f`` walks
+        and the loops."""
+        if f.unit != "NotParallel" or self.explicit_parallel or self.mode != "fused" or self.result_allocated:
+            return None  # appended results assemble in the loops over their coordinates
+        if self.prov.defining(f.var) is not None or self.prov.using(f.var) is not None:
+            return None
+        walkers = [x for x in _stmt_accesses(f.body) if f.var in x.indices]
+        operands = [x for x in walkers if x.tensor != self.result]
+        if len(operands) != 1 or self.decls[operands[0].tensor].role != "input":
+            return None
+        a = operands[0]
+        if restrict(f.body, frozenset({a})) is not None:
+            return None  # the body does not vanish where a is absent (a union): every coordinate counts
+        fmt = self.fmt(a.tensor)
+        k = self.resolved_depth(scope, a)
+        if fmt.layout is not None or k >= fmt.order or self.level_var(a, k) != f.var:
+            return None
+        parent = scope.pos.get((a, k - 1), ParentPos(Const(0)))
+        if parent.hi is not None or parent.may_fail:
+            return None
+        # a result over a's pattern takes its position from a's last shared level, which
+        # must stay bound; any other result must not be indexed by a collapsed coordinate
+        shares = self.shared == a
+        limit = min(fmt.order, self.shared_levels if shares else fmt.order) - 1
+        if any(x.tensor == self.result and f.var in x.indices and not shares
+               for x in [*_lhs_accesses(f.body), *walkers]):
+            return None
+        chain = [f]
+        while k + len(chain) <= limit:
+            inner, outer = chain[-1].body, chain[-1].var
+            depth = k + len(chain)
+            if not isinstance(inner, Forall) or inner.unit != "NotParallel" or \
+                    self.prov.defining(inner.var) is not None or self.prov.using(inner.var) is not None or \
+                    self.level_var(a, depth) != inner.var:
+                break
+            readers = [x for x in _stmt_accesses(inner) + list(_lhs_accesses(inner)) if outer in x.indices]
+            if any(x != a and not (x.tensor == self.result and shares) for x in readers):
+                break
+            chain.append(inner)
+        levels = [fmt.levels[k + n] for n in range(len(chain))]
+        last = levels[-1]
+        if len(chain) < 2 or not all(lv.unique for lv in levels) or not last.has_pos_iter:
+            return None
+        # the collapsed loop walks a alone: any other operand of its variable must be
+        # located (dense), not co-iterated
+        innermost = chain[-1].var
+        for x in _stmt_accesses(chain[-1]):
+            if x != a and innermost in x.indices and self.decls[x.tensor].role == "input" and \
+                    not all(lv.full and lv.has_locate for lv in self.fmt(x.tensor).levels):
+                return None
+        names = [self.names(a.tensor, k + n) for n in range(len(chain))]
+        if any(lv.range_bounds(nm, Const(0), Const(1)) is None or lv.iter_init(nm)
+               for lv, nm in zip(levels, names)) or last.pos_found(names[-1], Const(0)) is not None:
+            return None
+        return a, k, chain
+
+    def _collapsed_loop(self, f: Forall, scope: Scope) -> list[IRStmt] | None:
+        """One loop over the positions of the innermost level of a :meth:`_collapse_chain`
+        (the run of children of the parent's position, level by level): TTV's loop over
+        B's fibers instead of one over i and one over j inside it."""
+        found = self._collapse_chain(f, scope)
+        if found is None:
+            return None
+        a, k, chain = found
+        fmt = self.fmt(a.tensor)
+        parent = scope.pos.get((a, k - 1), ParentPos(Const(0)))
+        lo, hi = parent.lo, parent.end
+        for n in range(len(chain)):
+            lo, hi = fmt.levels[k + n].range_bounds(self.names(a.tensor, k + n), lo, hi)
+        depth = k + len(chain) - 1
+        names = self.names(a.tensor, depth)
+        p = self._unique(f"p{names.tensor}{names.k}")
+        inner = chain[-1]
+        vname = self.var(inner.var)
+        coord = fmt.levels[depth].pos_access(names, Var(p))
+        # the outer levels' positions and coordinates are not known inside the loop; nothing
+        # reads them (_collapse_chain), and names never declared would not compile if it did
+        unknown = [((a, k + n), ParentPos(Var(f"coiter_collapsed_p{n}"))) for n in range(len(chain) - 1)]
+        body_scope = scope.with_pos([*unknown, ((a, depth), ParentPos(Var(p)))])
+        for n, outer in enumerate(chain[:-1]):
+            body_scope = body_scope.with_coord(outer.var, Var(f"coiter_collapsed_{n}"))
+        body_scope = body_scope.with_coord(inner.var, Var(vname))
+        body_scope, located = self.resolve(body_scope, _stmt_accesses(inner.body), _lhs_accesses(inner.body))
+        body = [Decl("int64_t", vname, coord), *located,
+                *self._guarded(inner.body, body_scope, [], {}, self._may_miss(inner.body, body_scope))]
+        return [self._for(f, p, lo, hi, body, scope)]
 
     def _for(self, f: Forall, var: str, lo: IRExpr, hi: IRExpr, body: list[IRStmt], scope: Scope,
              parallel: bool = True) -> IRStmt:

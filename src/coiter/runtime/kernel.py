@@ -283,9 +283,13 @@ class StorageKernel:
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.assignment.lhs.indices)
-        fixed = self.fixed_extents({**{n: s.shape for n, s in storages.items()}, self.result: rshape}) \
-            if mode == "fused" else ()
-        prog = self.program(dtypes, commands, fixed)
+        prog = self.program(dtypes, commands)
+        # no specialising when concretize re-stores an operand in another mode order: its
+        # levels (and a fixed extent) would move to other modes
+        fixed = ()
+        if mode == "fused" and not any(d.converted_from for d in prog.tensors.values()):
+            fixed = self.fixed_extents({**{n: s.shape for n, s in storages.items()}, self.result: rshape})
+            prog = self.program(dtypes, commands, fixed)
         rdecl = prog.tensors[self.result]
         if mode != "fused" and prog.commands and rdecl.pattern_of is not None:
             raise FormatError(f"{mode}: the scheduled kernel writes {self.result} in place over "

@@ -144,6 +144,13 @@ class Level(ABC):
         or coordinates (coordinate value iteration)."""
         raise TypeError(f"{self.kind} levels have no position iteration")
 
+    def range_bounds(self, names: LevelNames, lo: IRExpr, hi: IRExpr) -> tuple[IRExpr, IRExpr] | None:
+        """Positions ``[begin, end)`` of all children of the parent positions ``[lo, hi)``,
+        when they are one contiguous run in parent order (None: they are not, or the level
+        does not say). Lets a loop walk several levels' positions at once when their outer
+        coordinates are not needed."""
+        return None
+
     def pos_access(
         self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()
     ) -> IRExpr:

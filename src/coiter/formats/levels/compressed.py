@@ -31,6 +31,10 @@ class Compressed(Level):
         pos = names.array("pos")
         return Load(pos, parent.lo), Load(pos, parent.end)
 
+    def range_bounds(self, names: LevelNames, lo: IRExpr, hi: IRExpr) -> tuple[IRExpr, IRExpr]:
+        pos = names.array("pos")
+        return Load(pos, lo), Load(pos, hi)
+
     def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return Load(names.array("crd"), p)
 

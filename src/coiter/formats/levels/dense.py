@@ -37,6 +37,10 @@ class Dense(Level):
     def array_lengths(self, names: LevelNames, parent_size: IRExpr) -> tuple[dict[str, IRExpr], IRExpr]:
         return {}, mul(parent_size, self.dimension(names))
 
+    def range_bounds(self, names: LevelNames, lo: IRExpr, hi: IRExpr) -> tuple[IRExpr, IRExpr]:
+        dim = self.dimension(names)
+        return mul(lo, dim), mul(hi, dim)
+
     def size(self, arrays: dict[str, np.ndarray], parent_size: int, dim: int) -> int:
         return parent_size * dim
 

@@ -32,6 +32,9 @@ class Singleton(Level):
     def array_lengths(self, names: LevelNames, parent_size: IRExpr) -> tuple[dict[str, IRExpr], IRExpr]:
         return {"crd": parent_size}, parent_size
 
+    def range_bounds(self, names: LevelNames, lo: IRExpr, hi: IRExpr) -> tuple[IRExpr, IRExpr]:
+        return lo, hi
+
     def pos_access(self, names: LevelNames, p: IRExpr, ancestors: tuple[IRExpr, ...] = ()) -> IRExpr:
         return Load(names.array("crd"), p)
 
