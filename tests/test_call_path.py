@@ -281,3 +281,21 @@ def test_rank_specialised_tensor_kernels(expr, formats, shapes, ref) -> None:
     for _ in range(2):
         np.testing.assert_allclose(k(**ops).to_numpy(), np.einsum(ref, *arrays.values()), rtol=1e-12, atol=1e-12)
     assert all(v.fixed for v in k.core.variants())
+
+
+def test_fast_math_is_an_opt_in_build() -> None:
+    """fast_math=True builds with reassociation allowed and gives SciPy's values (to
+    rounding); the default build sums in a fixed order, so its results repeat exactly."""
+    from coiter.runtime.compiler import FAST_MATH_FLAGS, _toolchain
+
+    assert set(FAST_MATH_FLAGS) <= set(_toolchain(True, True).flags)
+    assert not set(FAST_MATH_FLAGS) & set(_toolchain(True).flags)
+    A = _random_csr(2000, 40, 13)
+    x = np.random.default_rng(13).standard_normal(2000)
+    At = coiter.Tensor.from_scipy(A)
+    fast = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, fast_math=True)
+    exact = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    np.testing.assert_allclose(fast(A=At, x=x).to_numpy(), A @ x, rtol=1e-10, atol=1e-10)
+    first = exact(A=At, x=x, threads=2).to_numpy()
+    for threads in (1, 2, None):
+        assert np.array_equal(exact(A=At, x=x, threads=threads).to_numpy(), first)

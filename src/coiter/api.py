@@ -75,6 +75,7 @@ def compile(
     dtype: Any = None,
     schedule: ScheduleLike = None,
     target: str = "c",
+    fast_math: bool = False,
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
@@ -86,6 +87,9 @@ def compile(
     ``schedule="auto"`` searches the autoscheduler's templates on the operands of the
     first call of each size class and caches the fastest on disk.
     ``target="cuda"`` compiles a GPU schedule with nvcc (docs/scheduling.md, "CUDA").
+    ``fast_math=True`` lets the C compiler reassociate floating-point sums (vectorized
+    reductions, faster on long rows); results may then differ in the last bits from the
+    default build, whose sums run in a fixed order (bit-for-bit reproducible).
     """
     a, aliases = _prepare(_as_assignment(assignment))
     formats = dict(formats or {})
@@ -104,7 +108,8 @@ def compile(
     commands = "auto" if schedule == "auto" else _commands(schedule)
     if target not in ("c", "cuda"):
         raise ValueError(f"target must be 'c' or 'cuda', got {target!r}")
-    kernel = Kernel(StorageKernel(a, fmts, np.dtype(dtype or np.float64), aliases, commands, target))
+    kernel = Kernel(StorageKernel(a, fmts, np.dtype(dtype or np.float64), aliases, commands, target,
+                                  fast_math))
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel

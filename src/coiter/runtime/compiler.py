@@ -77,12 +77,17 @@ def clear_memory_cache() -> None:
         _loaded.clear()
 
 
-def compile_library(source: str, *, openmp: bool = True) -> Path:
+# fast_math=True: floating-point sums may be reassociated (vectorized reductions); NaN,
+# infinities and rounding of each operation stay IEEE (unlike -ffast-math)
+FAST_MATH_FLAGS = ("-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math")
+
+
+def compile_library(source: str, *, openmp: bool = True, fast_math: bool = False) -> Path:
     """Compile C ``source`` into a shared library and return its path, reusing the disk cache.
 
     Raises :class:`CompileError` when the compiler is missing or rejects the source.
     """
-    return build_cached(source, _toolchain(openmp), ".c", ("-lm",), "C")
+    return build_cached(source, _toolchain(openmp, fast_math), ".c", ("-lm",), "C")
 
 
 def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str, ...],
@@ -120,13 +125,14 @@ def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str
     return so_path
 
 
-def load_library(source: str, *, openmp: bool = True) -> ctypes.CDLL:
+def load_library(source: str, *, openmp: bool = True, fast_math: bool = False) -> ctypes.CDLL:
     """Return a loaded library for C ``source``, compiling it on a cache miss.
 
-    Repeated calls with the same source (and ``openmp`` setting) return the same CDLL.
+    Repeated calls with the same source (and settings) return the same CDLL.
     """
-    key = hashlib.sha256(f"{'omp' if openmp else 'serial'}\0{source}".encode()).hexdigest()
-    return load_cached(key, lambda: compile_library(source, openmp=openmp))
+    mode = f"{'omp' if openmp else 'serial'}{'+fastmath' if fast_math else ''}"
+    key = hashlib.sha256(f"{mode}\0{source}".encode()).hexdigest()
+    return load_cached(key, lambda: compile_library(source, openmp=openmp, fast_math=fast_math))
 
 
 def load_cached(key: str, build: Callable[[], Path]) -> ctypes.CDLL:
@@ -152,7 +158,7 @@ def load_cached(key: str, build: Callable[[], Path]) -> ctypes.CDLL:
     return library
 
 
-def _toolchain(openmp: bool) -> Toolchain:
+def _toolchain(openmp: bool, fast_math: bool = False) -> Toolchain:
     """Resolve ``$CC`` and ``$CFLAGS`` (re-read on every call) into a build configuration."""
     cc = os.environ.get("CC") or DEFAULT_CC
     words = shlex.split(cc)
@@ -167,6 +173,8 @@ def _toolchain(openmp: bool) -> Toolchain:
     flags += ["-shared", "-fPIC"] if "-fPIC" not in flags else ["-shared"]
     if openmp and _supports_openmp(command, tuple(flags)):
         flags.append("-fopenmp")
+    if fast_math:
+        flags += FAST_MATH_FLAGS
     return Toolchain(command=command, flags=tuple(flags), version=compiler_version(command))
 
 

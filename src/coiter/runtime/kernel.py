@@ -118,9 +118,11 @@ class StorageKernel:
         aliases: Mapping[str, str] | None = None,
         schedule: tuple[Command, ...] | str = (),
         target: str = "c",
+        fast_math: bool = False,
     ) -> None:
         self.assignment = assignment
         self.target = target  # "c" or "cuda": the back end of every variant
+        self.fast_math = fast_math  # C sums may be reassociated (compiler flags)
         # "auto": searched per operand size class by the autotuner, else fixed commands
         self.tuner: AutoTuner | None = None
         if schedule == "auto":
@@ -211,7 +213,7 @@ class StorageKernel:
                 lib = load_cuda_library(source)
             else:
                 source = module([ir.function], index_max)
-                lib = load_library(source)
+                lib = load_library(source, fast_math=self.fast_math)
             packed = getattr(lib, f"{ir.function.name}_packed")
             packed.argtypes = [ctypes.c_void_p]
             packed.restype = ctypes.c_int
@@ -279,7 +281,8 @@ class StorageKernel:
             commands = self.tuner.schedule(
                 self.program(dtypes, ()), storages,
                 lambda c: self.run(storages, mode, pattern, result_shape, threads, commands=c)[0],
-                lambda: StorageKernel(self.assignment, self.formats, self.dtype, self.aliases).run(
+                lambda: StorageKernel(self.assignment, self.formats, self.dtype, self.aliases,
+                                      fast_math=self.fast_math).run(
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.assignment.lhs.indices)
