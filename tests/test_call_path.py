@@ -160,9 +160,11 @@ def test_evaluate_and_einsum_reuse_the_plan_only_for_matching_operands() -> None
 
 
 def test_default_threads_follow_the_work() -> None:
-    """The generated helper: the requested count, else OpenMP's limited by the work."""
+    """The generated helpers: the requested count, else OpenMP's limited by the work; the
+    rows of a dynamic chunk."""
     source = PREAMBLE.format(index_max="INT32_MAX", work_per_thread=WORK_PER_THREAD) + """
 int threads_for(int64_t n, int64_t work) { return coiter_threads(n, work); }
+int64_t chunk_for(int64_t rows, int64_t threads) { return coiter_chunk_rows(rows, threads); }
 int max_threads(void) {
 #ifdef _OPENMP
   return omp_get_max_threads();
@@ -177,6 +179,11 @@ int max_threads(void) {
     for n, work, expected in [(3, 10, 3), (1, 10**9, 1), (0, 10, 1), (0, WORK_PER_THREAD - 1, 1),
                               (0, 2 * WORK_PER_THREAD, min(2, most)), (0, 10**12, most)]:
         assert lib.threads_for(n, work) == expected, (n, work)
+    # dynamic chunks: about 16 per thread, between 64 and 2048 rows
+    lib.chunk_for.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    lib.chunk_for.restype = ctypes.c_int64
+    for rows, threads, expected in [(10, 2, 64), (4884, 2, 152), (10**7, 2, 2048), (10**6, 0, 2048)]:
+        assert lib.chunk_for(rows, threads) == expected, (rows, threads)
 
 
 def _random_csr(n: int, per_row: int, seed: int) -> sp.csr_array:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import data, plots, report, stream, targets
+from . import busy, data, plots, report, stream, targets
 from .analysis import threads_label
 from .environment import describe, thread_env
 from .kernels import KERNELS
@@ -182,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         settings_path.write_text(settings.to_json())
         for threads in settings.threads:
             runs[str(threads)] = _worker(settings, settings_path, threads)
+        if "spmv" in settings.kernels:
+            print("busy machine: SpMV with one core kept busy by a spinning process")
+            busy_result = busy.measure(settings, settings_path)
 
     stream_result = stream.best(
         stream_before, stream.measure(settings.threads, settings.stream_elements, settings.stream_reps))
@@ -196,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
         "compile": compile_result,
         "runs": runs,
     }
+    if "spmv" in settings.kernels:
+        results["busy"] = busy_result
     results["targets"] = targets.evaluate(results)
     results["elapsed_s"] = time.perf_counter() - start
     report.write_json(results, out_dir / "results.json")

@@ -19,7 +19,7 @@ def write_all(results: dict[str, Any], out_dir: Path) -> list[str]:
         return []
     written = []
     for name, draw in (("geomean.png", _geomean), ("spmv-bandwidth.png", _spmv_bandwidth),
-                       ("thread-scaling.png", _scaling)):
+                       ("thread-scaling.png", _scaling), ("roofline.png", _roofline)):
         fig = draw(results, plt)
         if fig is not None:
             fig.savefig(out_dir / name, dpi=110, bbox_inches="tight")
@@ -111,4 +111,44 @@ def _scaling(results: dict[str, Any], plt: Any) -> Any:
     ax.set_title(f"Thread scaling, 1 -> {top} threads (geometric mean over inputs)")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def _roofline(results: dict[str, Any], plt: Any) -> Any:
+    """coiter's memory-bound kernels against the memory roof: GFLOP/s over arithmetic
+    intensity (flops per minimum byte), with the STREAM triad bandwidth as the roof.
+    Flops are estimated as two per stored entry of the main operand (a multiply and an
+    add), the minimum bytes as in the bandwidth tables."""
+    threads = [t for t in analysis.thread_counts(results) if results["stream"].get("gbs", {}).get(t)]
+    kernels = [k for k in results["settings"]["kernels"] if KERNELS[k].memory_bound]
+    if not threads or not kernels:
+        return None
+    fig, axes = plt.subplots(1, len(threads), figsize=(6.2 * len(threads), 4.6), squeeze=False,
+                             layout="constrained")
+    for ax, t in zip(axes[0], threads):
+        gbs = results["stream"]["gbs"][t]
+        intensities = []
+        for k in kernels:
+            points = []
+            for c in analysis.cases(results, t, k):
+                time_s = analysis.median(c, analysis.COITER)
+                if time_s is None or not c.get("min_bytes"):
+                    continue
+                flops = 2 * c["input"]["nnz"]
+                points.append((flops / c["min_bytes"], flops / time_s / 1e9))
+            if points:
+                ax.scatter(*zip(*points), s=14, label=KERNELS[k].title)
+                intensities += [x for x, _ in points]
+        if not intensities:
+            continue
+        lo, hi = min(intensities) / 2, max(intensities) * 2
+        ax.plot([lo, hi], [lo * gbs, hi * gbs], color="black", linewidth=1)
+        ax.text(hi, hi * gbs, f" STREAM {gbs:.1f} GB/s", fontsize="small", va="bottom", ha="right")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("flops per minimum byte")
+        ax.set_ylabel("GFLOP/s")
+        ax.set_title(f"coiter roofline, {analysis.threads_label(t)}")
+        ax.grid(which="both", alpha=0.3)
+        ax.legend(fontsize="small")
     return fig

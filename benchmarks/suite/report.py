@@ -191,8 +191,35 @@ def _overhead_md(results: dict[str, Any]) -> str:
         rows.append([threads, *(f"{recs[s]['median_s'] * 1e6:.1f}" if recs[s]["status"] == "ok"
                                 else analysis.STATUS_CELLS.get(recs[s]["status"], recs[s]["status"])
                                 for s in names)])
-    return ("Median time per call in µs on a 10 x 10 tridiagonal SpMV (coiter: cached kernel, "
+    text = ("Median time per call in µs on a 10 x 10 tridiagonal SpMV (coiter: cached kernel, "
             "`kernel(A=A, x=x)` with A a coiter Tensor):\n\n" + markdown_table(["threads", *names], rows))
+    entry_rows = [[t, *(f"{e[name]['median_s'] * 1e6:.2f}" for name in ("kernel call", "evaluate", "einsum"))]
+                  for t in analysis.thread_counts(results)
+                  if (e := results["runs"][t]["overhead"].get("coiter_entry_points"))]
+    if entry_rows:
+        text += ("\n\nThe same call through coiter's entry points, µs per call (kernels cached; "
+                 "`coiter.evaluate(\"y(i) = A(i,j) * x(j)\", A=A, x=x)`, `coiter.einsum(\"ij,j->i\", A, x)`):"
+                 "\n\n" + markdown_table(["threads", "kernel call", "evaluate", "einsum"], entry_rows))
+    return text
+
+
+def _busy_md(results: dict[str, Any]) -> str:
+    busy = results.get("busy")
+    if busy is None:
+        return ""
+    if "error" in busy:
+        return f"Busy-machine probe failed: {busy['error']}"
+    rows = []
+    for which in ("small", "large"):
+        rec = busy[which]
+        for label, t in rec["systems"].items():
+            rows.append([f"{rec['input']} ({rec['nnz']:,} nonzeros)", label, f"{t['median_s'] * 1e3:.3f}",
+                         f"{t['p90_s'] * 1e3:.3f}", f"{t['max_s'] * 1e3:.3f}"])
+    return ("CSR SpMV while another process keeps one core busy (`python -c \"while True: pass\"`), "
+            "OMP_NUM_THREADS unset (coiter's default: every core, limited by the work); calls "
+            f"alternate, {busy['small']['rounds']} / {busy['large']['rounds']} rounds "
+            f"(1-min load average at start {busy['load_average_at_start']:.2f}). Times in ms:\n\n"
+            + markdown_table(["input", "system", "median", "90th percentile", "max"], rows))
 
 
 def _not_run_md(results: dict[str, Any]) -> str:
@@ -259,8 +286,9 @@ def write_summary(results: dict[str, Any], path: Path, plots: list[str]) -> None
         "- scipy, MKL, GraphBLAS and torch have no sparse tensors of order > 2: they run TTV and TTM "
         "as SpMV/SpMM on B's nonempty fibers (rows) x last mode, and INNERPROD on the mode-0 "
         "unfoldings, built untimed like every other operand conversion. Their TTV/TTM results take "
-        "the fiber list as their index structure, so they assemble no output index, while coiter "
-        "and tensora build their sparse (CSF) result in the timed call.",
+        "the fiber list as their index structure, so they assemble no output index; coiter's CSF "
+        "result shares B's first levels (no assembly either), and tensora builds its result in the "
+        "timed call.",
         "- Compile time is measured apart (below); run times exclude it. Operand conversion to each "
         "system's own structures is not timed.",
         f"- SpGEMM computes A*A for square A and A*A^T otherwise, skipped when it needs more than "
@@ -289,6 +317,8 @@ def write_summary(results: dict[str, Any], path: Path, plots: list[str]) -> None
     out += ["## Hardware bound: STREAM triad", "", _stream_md(results), "",
             _bandwidth_md(results), "",
             "## Compile time and call overhead", "", _compile_md(results), "", _overhead_md(results), ""]
+    if results.get("busy") is not None:
+        out += ["## Busy machine", "", _busy_md(results), ""]
     if plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     out += ["## Per-kernel results", "",

@@ -30,7 +30,7 @@ from . import data
 from .analysis import threads_label
 from .check import assert_matches
 from .kernels import KERNELS, Case, Kernel, Skip
-from .peers import SYSTEMS, NotApplicable, Peer, TooSlow, Unavailable, load
+from .peers import SYSTEMS, NotApplicable, Peer, TooSlow, Unavailable, coiter_peer, load
 from .progress import Progress
 from .settings import Settings
 from .timing import per_call, round_robin, timed_call
@@ -161,6 +161,14 @@ class Worker:
             if call is not None:
                 record.update(per_call(call, batch, batches).as_dict())
             out["systems"][name] = record
+        if isinstance(self.systems.get("coiter"), Peer):
+            # the same call through the compiled kernel, evaluate and einsum, one after another
+            calls = coiter_peer.entry_points(case)
+            timings = {name: [] for name in calls}
+            for _ in range(3):
+                for name, call in calls.items():
+                    timings[name].append(per_call(call, batch, batches // 3 or 1).median_s)
+            out["coiter_entry_points"] = {name: {"median_s": sorted(ts)[1]} for name, ts in timings.items()}
         return out
 
     def run(self) -> None:

@@ -2,7 +2,7 @@
 ``kernel(A=..., x=...)`` on coiter Tensors (CSR shares SciPy's arrays) and NumPy arrays."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,6 +49,22 @@ def prepare(case: Case) -> Prepared:
     formats = case.kernel.formats(case.order)
     ops = {name: operand(v, formats.get(name)) for name, v in case.ops.items()}
     return Prepared(lambda: kernel(**ops), result)
+
+
+def entry_points(case: Case) -> dict[str, Callable[[], Any]]:
+    """The SpMV case through each way a user calls coiter, for the per-call overhead rows:
+    the compiled kernel, ``coiter.evaluate`` and ``coiter.einsum`` (kernels cached)."""
+    kernel = kernel_for(case)
+    a, x = operand(case.ops["A"], None), case.ops["x"]
+    calls: dict[str, Callable[[], Any]] = {
+        "kernel call": lambda: kernel(A=a, x=x),
+        "evaluate": lambda: coiter.evaluate("y(i) = A(i,j) * x(j)", A=a, x=x),
+        "einsum": lambda: coiter.einsum("ij,j->i", a, x),
+    }
+    expected = case.reference
+    for name, call in calls.items():  # every entry point computes the right values
+        np.testing.assert_allclose(np.asarray(call().to_numpy()), expected, rtol=1e-9, err_msg=name)
+    return calls
 
 
 def make(settings: Settings) -> Peer:

@@ -43,6 +43,11 @@ static inline int coiter_threads(int64_t n, int64_t work) {{ (void)n; (void)work
 #endif
 /* every kernel has the parameters coiter_nthreads and coiter_work */
 #define COITER_THREADS() coiter_threads(coiter_nthreads, coiter_work)
+/* rows per dynamic chunk of a loop of n rows on t threads: about 16 chunks per thread */
+static inline int64_t coiter_chunk_rows(int64_t n, int64_t t) {{
+  int64_t c = n / (16 * (t > 0 ? t : 1));
+  return c < 64 ? 64 : (c > 2048 ? 2048 : c);
+}}
 
 /* realloc that zero-fills the new tail, so grown arrays behave as if calloc'ed */
 static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{

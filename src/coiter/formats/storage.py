@@ -73,6 +73,19 @@ class Storage:
         return out
 
     @cached_property
+    def _read_only_levels(self) -> tuple[dict[str, np.ndarray], ...]:
+        """Every level's arrays as read-only views: what results that share this storage's
+        first levels hold (built once, shared by every such result)."""
+        out = []
+        for arrays in self.levels:
+            views = {}
+            for name, a in arrays.items():
+                views[name] = a.view()
+                views[name].flags.writeable = False
+            out.append(views)
+        return tuple(out)
+
+    @cached_property
     def _cargs(self) -> bytes:
         """This storage as kernel arguments, int64 words: its signature id (see
         :func:`signature_id`), the shape, every level's dimension, every level's number of

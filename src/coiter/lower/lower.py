@@ -54,9 +54,11 @@ C_KEYWORDS = frozenset(
 MODES = ("fused", "assemble", "compute")
 TARGETS = ("c", "cuda")
 
-# Rows vary in cost (sparse rows): threads take chunks of rows as they finish; chunks are
-# large because a row of a sparse matrix is little work.
-DEFAULT_CHUNKING = "dynamic, 1024"
+# Rows vary in cost (sparse rows): threads take chunks of rows as they finish. A chunk is
+# about a sixteenth of a thread's share (coiter_chunk_rows in the C prelude): enough chunks to
+# balance skewed rows, or a thread slowed by another process, at little scheduling cost.
+CHUNK = "coiter_chunk"  # the variable holding the chunk size (coiter_chunk_rows computes it)
+DEFAULT_CHUNKING = f"dynamic, {CHUNK}"
 # the thread count: the kernel's argument, or OpenMP's default (OMP_NUM_THREADS) when 0,
 # limited by the call's work (the stored values it reads and writes, computed by the caller)
 THREADS_PARAM = "coiter_nthreads"
@@ -901,7 +903,13 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         if pragma is None or not pragma.startswith("omp parallel"):
             return loop
         serial = For(var, "int64_t", lo, hi, block(body), None, f.unroll, unit)
-        return If(Bin(">", Call("COITER_THREADS", ()), Const(1)), block(loop), block(serial))
+        parallel: list[IRStmt] = [loop]
+        if CHUNK in pragma:
+            name = self._unique(CHUNK)
+            loop = replace(loop, pragma=pragma.replace(CHUNK, name))
+            rows = hi if lo == Const(0) else Bin("-", hi, lo)
+            parallel = [Decl("int64_t", name, Call("coiter_chunk_rows", (rows, Call("COITER_THREADS", ())))), loop]
+        return If(Bin(">", Call("COITER_THREADS", ()), Const(1)), block(parallel), block(serial))
 
     def _loop_pragma(self, f: Forall, scope: Scope, body: list[IRStmt]) -> str | None:
         """The OpenMP pragma for the loop of ``f``: its schedule's parallel unit and race

@@ -13,15 +13,16 @@
  *     arrays without copying (freed with the array);
  *   - calls the kernel's packed entry point ``int f(const int64_t* args)``, without the GIL
  *     when the call has enough work to make that worth it;
- *   - builds the result Tensor itself (dense results) or hands the values, arrays and the
- *     storage of the operand whose levels the result shares to the plan's Python finisher
- *     (sparse results, error codes).
+ *   - builds the result Tensor itself (dense results, and results over an operand's first
+ *     levels, whose Storage caches read-only views of them) or hands the values, arrays
+ *     and that operand's storage to the plan's Python finisher (assembled sparse results,
+ *     error codes).
  * Whatever it does not handle (other operand types, converted operands, shape mismatches,
  * bad ``threads``) makes it return NotImplemented, and the caller takes the Python path,
  * which raises the proper error or converts the operands. It never raises for user input.
  *
  * The attribute names it reads and writes (Tensor: _storage, _pending, _name, _readers;
- * Storage: format, shape, levels, vals, _cargs) are those of coiter/tensor.py and
+ * Storage: format, shape, levels, vals, _cargs, _read_only_levels) are those of coiter/tensor.py and
  * coiter/formats/storage.py.
  */
 #define PY_SSIZE_T_CLEAN
@@ -96,7 +97,7 @@ typedef struct {
 } CallPlan;
 
 static PyObject *s_storage, *s_pending, *s_name, *s_readers, *s_cargs;
-static PyObject *s_format, *s_shape, *s_levels, *s_vals;
+static PyObject *s_format, *s_shape, *s_levels, *s_vals, *s_read_only_levels;
 
 static void free_arrays(CallPlan* p) {
   PyMem_Free(p->ops); PyMem_Free(p->params); PyMem_Free(p->checks);
@@ -335,9 +336,11 @@ static PyObject* adopt(void* ptr, int64_t len, int typenum, int itemsize) {
   return arr;
 }
 
-/* Tensor(name=rname) over Storage(rformat, shape, ({},)*levels, vals), built without
- * running their Python constructors (the values come from a kernel: nothing to check). */
-static PyObject* dense_tensor(CallPlan* p, PyObject* shape, PyObject* vals) {
+/* Tensor(name=rname) over Storage(rformat, shape, levels, vals), built without running
+ * their Python constructors (the values come from a kernel: nothing to check). The levels
+ * are empty dicts, but for the first ``nshared``, which come from ``shared`` (a tuple of
+ * the operand's read-only level arrays). */
+static PyObject* result_tensor(CallPlan* p, PyObject* shape, PyObject* vals, PyObject* shared, int nshared) {
   PyTypeObject* st = (PyTypeObject*)p->storage_type;
   PyTypeObject* tt = (PyTypeObject*)p->tensor_type;
   PyObject *storage = NULL, *tensor = NULL, *levels = NULL, *dict = NULL;
@@ -345,8 +348,9 @@ static PyObject* dense_tensor(CallPlan* p, PyObject* shape, PyObject* vals) {
       !(levels = PyTuple_New(p->rlevels)))
     goto fail;
   for (int k = 0; k < p->rlevels; k++) {
-    PyObject* d = PyDict_New();
+    PyObject* d = k < nshared ? PyTuple_GET_ITEM(shared, k) : PyDict_New();
     if (!d) goto fail;
+    if (k < nshared) Py_INCREF(d);
     PyTuple_SET_ITEM(levels, k, d);
   }
   if (!(dict = PyObject_GenericGetDict(storage, NULL)) ||
@@ -425,7 +429,8 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
   } else if (p->result_kind == RESULT_SHARED) {
     int64_t shared = w[p->shared_word];  /* positions of the last shared level */
     for (int k = p->shared_levels; k < p->rlevels; k++) shared *= rdims[k];
-    npy_intp n = (npy_intp)(shared > 0 ? shared : 1);
+    if (shared <= 0) goto not_implemented;  /* empty results: the Python path */
+    npy_intp n = (npy_intp)shared;
     vals = PyArray_ZEROS(1, &n, p->rtypenum, 0);
     if (!vals) goto done;
   }
@@ -468,9 +473,17 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
     if (!d) goto done;
     PyTuple_SET_ITEM(shape, m, d);
   }
-  if (p->result_kind == RESULT_DENSE && rc == 0)
-    result = dense_tensor(p, shape, vals);
-  else
+  if (p->result_kind == RESULT_DENSE && rc == 0) {
+    result = result_tensor(p, shape, vals, NULL, 0);
+  } else if (p->result_kind == RESULT_SHARED && rc == 0) {
+    PyObject* shared = PyObject_GetAttr(hold[p->shared_op], s_read_only_levels);  /* cached */
+    if (!shared) goto done;
+    if (PyTuple_Check(shared) && PyTuple_GET_SIZE(shared) >= p->shared_levels)
+      result = result_tensor(p, shape, vals, shared, p->shared_levels);
+    else
+      PyErr_SetString(PyExc_TypeError, "_read_only_levels: not a tuple of the operand's levels");
+    Py_DECREF(shared);
+  } else
     result = PyObject_CallFunction(p->finisher, "iOOOO", rc, vals ? vals : Py_None,
                                    arrays ? arrays : Py_None, shape,
                                    p->result_kind == RESULT_SHARED ? hold[p->shared_op] : Py_None);
@@ -518,6 +531,7 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     {&s_storage, "_storage"}, {&s_pending, "_pending"}, {&s_name, "_name"},
     {&s_readers, "_readers"}, {&s_cargs, "_cargs"}, {&s_format, "format"},
     {&s_shape, "shape"}, {&s_levels, "levels"}, {&s_vals, "vals"},
+    {&s_read_only_levels, "_read_only_levels"},
   };
   for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
     if (!(*names[k].slot = PyUnicode_InternFromString(names[k].text))) return NULL;

@@ -94,13 +94,6 @@ def shared_size(operand: Storage, levels: int, rdims: tuple[int, ...]) -> int:
     return operand.level_sizes()[levels - 1] * math.prod(rdims[levels:])
 
 
-def _read_only(a: np.ndarray) -> np.ndarray:
-    """A view of an operand's index array that the result holds (it cannot write it)."""
-    view = a.view()
-    view.flags.writeable = False
-    return view
-
-
 def call_work(storages: Mapping[str, Storage], inputs: list[str], dense_result: int) -> int:
     """The work a call passes to its kernel (which sizes its thread team by it): the stored
     values of every operand, plus the values of a dense result."""
@@ -418,8 +411,7 @@ class StorageKernel:
         spec = shared_spec(ir)
         if spec is not None:
             assert vals is not None and shared is not None
-            levels: tuple[dict[str, np.ndarray], ...] = tuple(
-                {name: _read_only(a) for name, a in lv.items()} for lv in shared.levels[: spec.level])
+            levels: tuple[dict[str, np.ndarray], ...] = shared._read_only_levels[: spec.level]
             levels += tuple({} for _ in rfmt.levels[spec.level:])
             return Storage(rfmt, rshape, levels, vals[: shared_size(shared, spec.level, rdims)])
         if arrays is None:

@@ -1,0 +1,108 @@
+"""Busy-machine rows: CSR SpMV on a small and a large input while another process keeps
+one core busy (a Python loop spinning), coiter at its default thread count against
+coiter at one thread (and SciPy), in a process whose OpenMP thread count is not set:
+
+    python -m benchmarks.suite.busy SETTINGS.json SMALL LARGE > out.json
+
+``measure`` starts the spinner and that process. Calls alternate (default threads, one
+thread, SciPy) so that the spinner's effect lands on all of them alike; the result of
+every call is checked once first.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from .settings import REPO_ROOT, Settings
+
+SPINNER = "while True: pass"
+
+
+def pick_inputs(settings: Settings) -> tuple[str, str] | None:
+    """A small input (bcsstk16, the demo's matrix, when present) and the largest matrix."""
+    from . import data
+
+    matrices = [r for r in data.selected(settings) if r.kind == "matrix"]
+    if len(matrices) < 2:
+        return None
+    names = [r.name for r in matrices]  # smallest first
+    small = "bcsstk16" if "bcsstk16" in names else names[0]
+    return small, names[-1]
+
+
+def measure(settings: Settings, settings_path: Path) -> dict[str, Any]:
+    """Run the busy-machine probe (spinner started first, stopped after)."""
+    picked = pick_inputs(settings)
+    if picked is None:
+        return {"error": "fewer than two matrix inputs selected"}
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    spinner = subprocess.Popen([sys.executable, "-c", SPINNER])
+    try:
+        time.sleep(0.5)  # let the scheduler see the spinner before timing
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.suite.busy", str(settings_path), *picked],
+                              env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit status {proc.returncode}"}
+    return json.loads(proc.stdout)
+
+
+def _probe(settings: Settings, name: str) -> dict[str, Any]:
+    import numpy as np
+
+    import coiter
+
+    from .check import assert_matches
+    from .data import selected
+    from .kernels import KERNELS
+
+    ref = next(r for r in selected(settings) if r.name == name)
+    case = KERNELS["spmv"].build(ref.load(), settings)
+    a, x = coiter.Tensor.from_scipy(case.ops["A"]), case.ops["x"]
+    kernel = KERNELS["spmv"].compile()
+    calls = {
+        "coiter default threads": lambda: kernel(A=a, x=x),
+        "coiter 1 thread": lambda: kernel(A=a, x=x, threads=1),
+        "scipy": lambda: case.ops["A"] @ x,
+    }
+    for label, call in calls.items():
+        out = call()
+        assert_matches(np.asarray(out.to_numpy() if label.startswith("coiter") else out), case.reference, 1e-9)
+    per_round = sum(_seconds(call) for call in calls.values())
+    rounds = max(settings.min_runs * 4, min(400, int(2.0 / max(per_round, 1e-6))))
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    for _ in range(rounds):
+        for label, call in calls.items():
+            times[label].append(_seconds(call))
+    return {"input": ref.name, "nnz": int(case.ops["A"].nnz), "rounds": rounds,
+            "threads_available": os.cpu_count(),
+            "systems": {label: {"median_s": median(ts), "p90_s": sorted(ts)[int(0.9 * (len(ts) - 1))],
+                                "max_s": max(ts)} for label, ts in times.items()}}
+
+
+def _seconds(call: Any) -> float:
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str]) -> None:
+    settings_path, small, large = argv
+    settings = Settings.from_json(Path(settings_path).read_text())
+    load = os.getloadavg()[0]
+    out = {"spinner": SPINNER, "load_average_at_start": load,
+           "small": _probe(settings, small), "large": _probe(settings, large)}
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
