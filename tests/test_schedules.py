@@ -168,11 +168,19 @@ FIG4B = """\
 """
 
 
-def _threads_or_serial(parallel_loop: str) -> str:
-    """A parallel loop as lowering emits it: under a thread-count test, with a serial copy."""
-    indented = "".join("  " + line for line in parallel_loop.splitlines(keepends=True))
-    serial = "".join(line for line in indented.splitlines(keepends=True) if "omp parallel" not in line)
-    return f"  if (COITER_THREADS() > 1) {{\n{indented}  }} else {{\n{serial}  }}\n  return 0;\n}}"
+def _threads_or_serial(parallel_loop: str, call: str) -> str:
+    """A parallel loop as lowering and the C back end emit it: under a thread-count test,
+    its body moved into a helper function the loop calls, with a serial copy."""
+    lines = parallel_loop.splitlines(keepends=True)
+    pragma, head = lines[0], lines[1]
+    parallel = f"  {pragma}  {head}      {call};\n    }}\n"
+    serial = "".join("  " + line for line in lines[1:])
+    return f"  if (COITER_THREADS() > 1) {{\n{parallel}  }} else {{\n{serial}  }}\n  return 0;\n}}"
+
+
+def _helper_body(parallel_loop: str) -> str:
+    """The body of a parallel loop as its helper function holds it."""
+    return "".join(line[2:] for line in parallel_loop.splitlines(keepends=True)[2:-1])
 
 
 def test_fig4b_golden_text() -> None:
@@ -180,8 +188,11 @@ def test_fig4b_golden_text() -> None:
     ceil(nnz/16), tracking init (binary search) and advance of i, recovery of the
     position and j, the tile guard, and an atomic update (the paper's Fig. 4b)."""
     k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=SPMV_FIG4)
+    helper = k.source.split("static inline void coiter_fused_body0(\n", 1)[1].split("\n}\n", 1)[0]
+    assert helper.split(") {\n", 1)[1] + "\n" == _helper_body(FIG4B)
     body = k.source.split("int64_t coiter_work) {\n", 1)[1].split("\n\nint coiter_fused_packed", 1)[0]
-    assert body == _threads_or_serial(FIG4B)
+    call = "coiter_fused_body0(fpos0, A1_dimension, A2_crd, A2_pos, A_vals, x_vals, y_vals)"
+    assert body == _threads_or_serial(FIG4B, call)
     assert str(k.concrete) == ("forall(fpos0, forall(fpos1, y(i) += A(i,j) * x(j)), CPUThread, Atomics) : "
                                "fuse(i, j, f), pos(f, fpos, A(i,j)), split(fpos, fpos0, fpos1, 16)")
 

@@ -21,10 +21,21 @@ PACKAGES = ("numpy", "scipy", "coiter", "sparse-dot-mkl", "mkl", "python-graphbl
             "tqdm", "platformdirs", "threadpoolctl")
 
 
+# After a parallel region, Intel's OpenMP (MKL) keeps its threads spinning for 200 ms by
+# default, so in one process the next library's threads run beside spinning ones (MKL's
+# 2-thread SpMV on lp_ship04l took 3.5 ms after coiter's, 0.17 ms at 1 thread). GNU OpenMP
+# (coiter, torch) spins for about a millisecond. The multi-threaded workers cap Intel's
+# spin at 1 ms and pause between systems (Settings.switch_gap_s).
+SPIN_CAP = {"KMP_BLOCKTIME": "1"}
+
+
 def thread_env(threads: int, base: dict[str, str] | None = None) -> dict[str, str]:
-    """A copy of the environment with every threading runtime set to ``threads``."""
+    """A copy of the environment with every threading runtime set to ``threads`` (and,
+    with more than one, Intel OpenMP's spinning after a region capped)."""
     env = dict(os.environ if base is None else base)
     env.update({var: str(threads) for var in THREAD_VARIABLES})
+    if threads > 1:
+        env.update({k: v for k, v in SPIN_CAP.items() if k not in env})
     return env
 
 

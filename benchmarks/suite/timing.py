@@ -32,18 +32,27 @@ def timed_call(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def round_robin(calls: dict[str, Callable[[], Any]], first_s: dict[str, float], budget_s: float,
-                min_runs: int, max_runs: int) -> dict[str, Timing]:
+                min_runs: int, max_runs: int, gap_s: float = 0.0, batches: int = 1) -> dict[str, Timing]:
     """Time ``calls``, already warmed up by calls that took ``first_s``; the number of
-    rounds aims at ``budget_s`` seconds in all, between ``min_runs`` and ``max_runs``."""
+    runs aims at ``budget_s`` seconds in all, between ``min_runs`` and ``max_runs``.
+
+    Without ``gap_s`` the systems alternate call by call. With it (multi-threaded runs)
+    they alternate by batches: ``batches`` rounds, in each every system's share of the runs
+    back to back after a pause of ``gap_s`` (another library's threads spinning after its
+    last call would otherwise compete for the cores)."""
     per_round = sum(first_s[name] for name in calls)
-    rounds = max(min_runs, min(max_runs, math.ceil(budget_s / per_round) if per_round > 0 else max_runs))
+    runs = max(min_runs, min(max_runs, math.ceil(budget_s / per_round) if per_round > 0 else max_runs))
+    rounds, per_batch = (runs, 1) if gap_s <= 0 else (batches, math.ceil(runs / batches))
     times: dict[str, list[float]] = {name: [] for name in calls}
     gc.collect()
     gc.disable()  # a collection inside one timed call would land on whichever system ran
     try:
         for _ in range(rounds):
             for name, fn in calls.items():
-                times[name].append(timed_call(fn)[1])
+                if gap_s > 0:
+                    time.sleep(gap_s)
+                for _ in range(per_batch):
+                    times[name].append(timed_call(fn)[1])
     finally:
         gc.enable()
     return {name: Timing(median(ts), min(ts), max(ts), len(ts), ts) for name, ts in times.items()}

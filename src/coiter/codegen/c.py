@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from functools import singledispatch
 
+from .outline import outline_parallel_bodies
 from ..ir.nodes import (
     Assign, Bin, Block, Break, Call, Goto, Label, Region, Cast, Comment, Const, Decl, ExprStmt, For, Function, If, IRExpr,
     IRStmt, Load, Max, Min, Param, Pragma, Return, Select, Un, Var, While,
@@ -332,8 +333,8 @@ def _(s: Return, ind: str) -> list[str]:
 def _param(p: Param) -> str:
     const = "const " if p.const else ""
     if p.pointers:
-        return f"{const}{p.ctype}{'*' * p.pointers} restrict {p.name}"
-    return f"{p.ctype} {p.name}"
+        return f"{const}{p.ctype}{'*' * p.pointers}{' restrict' if p.restrict else ''} {p.name}"
+    return f"{const}{p.ctype} {p.name}"
 
 
 def function(fn: Function) -> str:
@@ -358,7 +359,11 @@ def _param_type(p: Param) -> str:
 
 
 def module(functions: list[Function], index_max: str) -> str:
-    """A complete C translation unit holding ``functions`` and their packed entry points."""
-    parts = [function(f) + "\n\n" + packed_entry(f) for f in functions]
+    """A complete C translation unit holding ``functions`` (parallel loop bodies outlined,
+    see :mod:`coiter.codegen.outline`) and their packed entry points."""
+    parts = []
+    for f in functions:
+        helpers, f = outline_parallel_bodies(f)
+        parts.append("\n\n".join([*(function(h) for h in helpers), function(f), packed_entry(f)]))
     preamble = PREAMBLE.format(index_max=index_max, work_per_thread=WORK_PER_THREAD)
     return preamble + "\n" + "\n\n".join(parts) + "\n"

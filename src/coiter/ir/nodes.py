@@ -181,6 +181,7 @@ class Param:
     name: str
     pointers: int = 0
     const: bool = False
+    restrict: bool = True  # pointers only: nothing else reaches their memory in the function
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,103 @@
+"""Bodies of OpenMP parallel loops moved into ``static inline`` functions.
+
+GCC outlines an ``omp parallel for`` into a function that receives the variables it uses
+through a struct, and the ``restrict`` qualifiers of the kernel's pointers are lost there:
+a loop that kept a result row in registers now loads and stores it for every entry. CSR
+SpMM with 16 dense columns ran 4.6x slower inside a 1-thread region than serially. Moving
+the loop body into a function whose pointer parameters are ``restrict``, called once per
+iteration, restores the information (GCC keeps it when it inlines the call) and leaves the
+loop, its schedule and its clauses as they were.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir.nodes import (
+    Block, Call, Decl, ExprStmt, For, Function, Goto, If, IRStmt, Label, Param, Pragma, Region,
+    Return, Var, While,
+)
+from ..ir.visit import assigned, declared, subexprs, used, walk, exprs
+
+# macros of the C prelude that read the kernel's parameters
+_MACRO_PARAMS = {"COITER_THREADS": ("coiter_nthreads", "coiter_work")}
+
+
+def outline_parallel_bodies(fn: Function) -> tuple[list[Function], Function]:
+    """The helper functions and ``fn`` with each parallel loop's body calling its helper.
+    Loops whose body assigns a variable declared outside it (a scalar reduction) or jumps
+    keep their body."""
+    params = {p.name: p for p in fn.params}
+    for s in _all(fn.body):  # variables a loop body may use: declared, or enclosing loops'
+        if isinstance(s, Decl) and "[" not in s.name:
+            params.setdefault(s.name, _decl_param(s))
+        elif isinstance(s, For) and s.start is not None:
+            params.setdefault(s.var, Param(s.ctype, s.var))
+    helpers: list[Function] = []
+
+    def rewrite(s: IRStmt) -> IRStmt:
+        if isinstance(s, Block):
+            return Block(tuple(rewrite(x) for x in s.stmts))
+        if isinstance(s, For) and s.pragma and s.pragma.startswith("omp parallel for"):
+            helper = _helper(fn, s, params, len(helpers))
+            if helper is None:
+                return s
+            helpers.append(helper)
+            args = tuple(Var(p.name) for p in helper.params)
+            return replace(s, body=Block((ExprStmt(Call(helper.name, args)),)))
+        if isinstance(s, For):
+            return replace(s, body=rewrite(s.body))
+        if isinstance(s, While):
+            return replace(s, body=rewrite(s.body))
+        if isinstance(s, If):
+            other = None if s.otherwise is None else rewrite(s.otherwise)
+            return replace(s, then=rewrite(s.then), otherwise=other)
+        if isinstance(s, Region):
+            return replace(s, body=rewrite(s.body))
+        if isinstance(s, Pragma):
+            return replace(s, stmt=rewrite(s.stmt))
+        return s
+
+    body = rewrite(fn.body)
+    return helpers, replace(fn, body=body)
+
+
+def _all(s: IRStmt):
+    """Every statement of ``s``, parallel regions included."""
+    for x in walk(s):
+        yield x
+        if isinstance(x, Region):
+            yield from _all(x.body)
+
+
+def _helper(fn: Function, loop: For, params: dict[str, Param], n: int) -> Function | None:
+    body = loop.body
+    if any(isinstance(x, (Goto, Label, Return, Region)) for x in _all(body)):
+        return None
+    names = used(body) | _macro_names(body)
+    free = (names - declared(body) - {loop.var}) & set(params)
+    if assigned(body) & free:
+        return None
+    args = [Param("int64_t", loop.var)] + [params[name] for name in sorted(free)]
+    return Function(f"{fn.name}_body{n}", tuple(args), body, returns="static inline void")
+
+
+def _macro_names(s: IRStmt) -> set[str]:
+    """Kernel parameters that prelude macros called in ``s`` read."""
+    out: set[str] = set()
+    for x in _all(s):
+        for e in exprs(x):
+            for sub in subexprs(e):
+                if isinstance(sub, Call):
+                    out.update(_MACRO_PARAMS.get(sub.fn, ()))
+    return out
+
+
+def _decl_param(d: Decl) -> Param:
+    """The parameter passing the variable ``d`` declares: its type, pointers and const;
+    restrict only where the declaration has it (other local pointers may alias)."""
+    ctype = d.ctype.replace("restrict", "").strip()
+    pointers = ctype.count("*")
+    base = ctype.replace("*", "").strip()
+    const = base.startswith("const ")
+    base = base.removeprefix("const ").strip()
+    return Param(base, d.name, pointers, const, restrict="restrict" in d.ctype or not pointers)
