@@ -61,7 +61,7 @@ class Kernel:
 
         ``threads`` sets the number of OpenMP threads of parallel loops for this call.
         By default it is ``OMP_NUM_THREADS`` (else every core), limited to one thread
-        per 32768 stored values the call reads and writes, so that small calls run
+        per 16384 stored values the call reads and writes, so that small calls run
         serially; pass an operand named ``threads`` through :meth:`run`."""
         plan = self._plan
         if plan is not None:

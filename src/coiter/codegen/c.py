@@ -11,10 +11,10 @@ from ..ir.nodes import (
 )
 
 # Parallel regions get one thread per this many units of work (stored values read or written
-# by the call) when the caller does not ask for a thread count: below about 30k values per
-# thread a 2-thread CSR SpMV gains nothing on this project's machines, and on a busy machine
-# it loses (docs/performance.md).
-WORK_PER_THREAD = 32768
+# by the call) when the caller does not ask for a thread count. A 2-thread CSR SpMV with 8k
+# nonzeros is slower than the serial loop on this project's machines, quiet or busy; with
+# 16k it is 1.5x faster in median on both (docs/performance.md).
+WORK_PER_THREAD = 16384
 
 PREAMBLE = """\
 #include <stdint.h>
