@@ -306,3 +306,13 @@ def test_fast_math_is_an_opt_in_build() -> None:
     first = exact(A=At, x=x, threads=2).to_numpy()
     for threads in (1, 2, None):
         assert np.array_equal(exact(A=At, x=x, threads=threads).to_numpy(), first)
+
+
+def test_huge_thread_counts_are_refused_not_crashing() -> None:
+    """Regression (issue 16): threads=100000 reached libgomp, which crashed the process."""
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    A = coiter.Tensor.from_numpy(np.eye(4), format="csr")
+    for bad in (100_000, 2**31):
+        with pytest.raises(ValueError, match="threads must be a positive integer of at most"):
+            k(A=A, x=np.ones(4), threads=bad)
+    np.testing.assert_allclose(k(A=A, x=np.ones(4), threads=4096).to_numpy(), np.ones(4))

@@ -76,7 +76,8 @@ def _probe(settings: Settings, name: str) -> dict[str, Any]:
     }
     for label, call in calls.items():
         out = call()
-        assert_matches(np.asarray(out.to_numpy() if label.startswith("coiter") else out), case.reference, 1e-9)
+        got = out.to_numpy() if label.startswith("coiter") else out
+        assert_matches(np.asarray(got), case.reference, 1e-9)
     per_round = sum(_seconds(call) for call in calls.values())
     rounds = max(settings.min_runs * 4, min(400, int(2.0 / max(per_round, 1e-6))))
     times: dict[str, list[float]] = {label: [] for label in calls}

@@ -22,7 +22,8 @@ ScheduleLike = str | Sequence[Command] | ConcreteProgram | None  # or "auto"
 _kernels: dict[tuple, Kernel] = {}
 # The kernel that last ran an evaluate()/einsum() call, keyed by the call's spelling: the
 # next call with the same spelling tries its C call plan first, which accepts only operands
-# of the formats and types that kernel was compiled for (so it is the kernel _kernel_for would pick).
+# of the formats and types that kernel was compiled for (so it is the kernel _kernel_for
+# would pick).
 _last: dict[tuple, Kernel] = {}
 _LAST_MAX = 256
 

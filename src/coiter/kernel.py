@@ -20,6 +20,10 @@ from .runtime.kernel import StorageKernel, Variant
 from .tensor import Tensor
 
 
+# More threads than any machine coiter runs on; libgomp crashes on absurd counts (100000).
+MAX_THREADS = 4096
+
+
 class Kernel:
     """A compiled tensor assignment; call it with operands by name."""
 
@@ -96,8 +100,9 @@ class Kernel:
         missing = sorted(keywords - set(operands))
         if missing:
             raise ShapeError(f"missing operand(s) {', '.join(missing)}")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or not 1 <= threads <= MAX_THREADS):
+            raise ValueError(f"threads must be a positive integer of at most {MAX_THREADS}, got {threads!r}")
         extra = sorted(set(operands) - keywords)
         if extra:
             raise ShapeError(f"unexpected operand(s) {', '.join(extra)}; expected {sorted(keywords)}")
@@ -106,7 +111,8 @@ class Kernel:
             fmt = core.formats.get(name)
             t = as_tensor(operands[core.keyword(name)], fmt, name=name)
             if t.order != core.orders[name]:
-                raise ShapeError(f"operand {name} has order {t.order}, the expression uses {core.orders[name]}")
+                raise ShapeError(f"operand {name} has order {t.order}, "
+                                 f"the expression uses {core.orders[name]}")
             if fmt is not None and t.format != fmt:
                 t = t.asformat(fmt)
             storages[name] = t.storage

@@ -908,7 +908,8 @@ class Lowerer(DerivedLoops, ParallelAssembly):
             name = self._unique(CHUNK)
             loop = replace(loop, pragma=pragma.replace(CHUNK, name))
             rows = hi if lo == Const(0) else Bin("-", hi, lo)
-            parallel = [Decl("int64_t", name, Call("coiter_chunk_rows", (rows, Call("COITER_THREADS", ())))), loop]
+            chunk = Call("coiter_chunk_rows", (rows, Call("COITER_THREADS", ())))
+            parallel = [Decl("int64_t", name, chunk), loop]
         return If(Bin(">", Call("COITER_THREADS", ()), Const(1)), block(parallel), block(serial))
 
     def _loop_pragma(self, f: Forall, scope: Scope, body: list[IRStmt]) -> str | None:

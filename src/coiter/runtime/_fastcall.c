@@ -52,7 +52,7 @@ enum { RESULT_DENSE = 0, RESULT_ALLOCATED = 1, RESULT_SHARED = 2 };
 #define MAX_OUT 64
 #define MAX_ORDER 64
 #define INDEX32_MAX 2147483647LL
-#define MAX_THREADS 4096
+#define MAX_THREADS 4096  /* as coiter.kernel.MAX_THREADS */
 
 typedef int (*packed_fn)(const int64_t*);
 
@@ -201,7 +201,10 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
     long long sig;
     int kind, typenum, order, len;
     if (!PyArg_ParseTuple(spec, "UiLiii", &keyword, &kind, &sig, &typenum, &order, &len)) return -1;
-    if (order > MAX_ORDER || len < 3 * order + 2) { PyErr_SetString(PyExc_ValueError, "bad operand block"); return -1; }
+    if (order > MAX_ORDER || len < 3 * order + 2 || (kind == OP_DENSE && len != 3 * order + 2)) {
+      PyErr_SetString(PyExc_ValueError, "bad operand block");
+      return -1;
+    }
     Py_INCREF(keyword);
     PyUnicode_InternInPlace(&keyword);
     OpSpec* o = &p->ops[k];
@@ -543,18 +546,17 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     Py_DECREF(m);
     return NULL;
   }
-  PyModule_AddIntConstant(m, "OP_STORAGE", OP_STORAGE);
-  PyModule_AddIntConstant(m, "OP_DENSE", OP_DENSE);
-  PyModule_AddIntConstant(m, "SRC_WORD", SRC_WORD);
-  PyModule_AddIntConstant(m, "SRC_RDIM", SRC_RDIM);
-  PyModule_AddIntConstant(m, "SRC_RVALS", SRC_RVALS);
-  PyModule_AddIntConstant(m, "SRC_THREADS", SRC_THREADS);
-  PyModule_AddIntConstant(m, "SRC_WORK", SRC_WORK);
-  PyModule_AddIntConstant(m, "SRC_OUT", SRC_OUT);
-  PyModule_AddIntConstant(m, "SRC_OUT_LEN", SRC_OUT_LEN);
-  PyModule_AddIntConstant(m, "SRC_CAP_HINT", SRC_CAP_HINT);
-  PyModule_AddIntConstant(m, "RESULT_DENSE", RESULT_DENSE);
-  PyModule_AddIntConstant(m, "RESULT_ALLOCATED", RESULT_ALLOCATED);
-  PyModule_AddIntConstant(m, "RESULT_SHARED", RESULT_SHARED);
+  static const struct { const char* name; int value; } constants[] = {
+    {"OP_STORAGE", OP_STORAGE}, {"OP_DENSE", OP_DENSE}, {"SRC_WORD", SRC_WORD},
+    {"SRC_RDIM", SRC_RDIM}, {"SRC_RVALS", SRC_RVALS}, {"SRC_THREADS", SRC_THREADS},
+    {"SRC_WORK", SRC_WORK}, {"SRC_OUT", SRC_OUT}, {"SRC_OUT_LEN", SRC_OUT_LEN},
+    {"SRC_CAP_HINT", SRC_CAP_HINT}, {"RESULT_DENSE", RESULT_DENSE},
+    {"RESULT_ALLOCATED", RESULT_ALLOCATED}, {"RESULT_SHARED", RESULT_SHARED},
+  };
+  for (size_t k = 0; k < sizeof(constants) / sizeof(constants[0]); k++)
+    if (PyModule_AddIntConstant(m, constants[k].name, constants[k].value) < 0) {
+      Py_DECREF(m);
+      return NULL;
+    }
   return m;
 }

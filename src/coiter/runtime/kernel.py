@@ -332,7 +332,7 @@ class StorageKernel:
         out_len = np.zeros(max(nslots, 1), dtype=np.int64)
         res_vals: np.ndarray | None = None
         inputs = [n for n, d in var.prog.tensors.items() if d.role == "input"]
-        dense = math.prod(rdims) if not ir.result_allocated and ir.mode != "compute" else 0
+        dense = math.prod(rdims) if rfmt.is_dense and ir.mode != "compute" else 0
         work = call_work(storages, inputs, dense)
         args = np.zeros(len(ir.params), dtype=np.int64)
         for n, p in enumerate(ir.params):
