@@ -21,12 +21,14 @@ PACKAGES = ("numpy", "scipy", "coiter", "sparse-dot-mkl", "mkl", "python-graphbl
             "tqdm", "platformdirs", "threadpoolctl")
 
 
-# After a parallel region, Intel's OpenMP (MKL) keeps its threads spinning for 200 ms by
-# default, so in one process the next library's threads run beside spinning ones (MKL's
-# 2-thread SpMV on lp_ship04l took 3.5 ms after coiter's, 0.17 ms at 1 thread). GNU OpenMP
-# (coiter, torch) spins for about a millisecond. The multi-threaded workers cap Intel's
-# spin at 1 ms and pause between systems (Settings.switch_gap_s).
-SPIN_CAP = {"KMP_BLOCKTIME": "1"}
+# After a parallel call, Intel's OpenMP (MKL) keeps its threads spinning for 200 ms by
+# default and OpenBLAS (NumPy dense) for up to 2**28 cycles, so in one process the next
+# library's threads run beside spinning ones: MKL's 2-thread SpMV on lp_ship04l took
+# 3.5 ms after coiter's (0.17 ms at 1 thread), and coiter's 2-thread SpMV on ego-Facebook
+# 4 ms after NumPy's dense product (0.09 ms otherwise). GNU OpenMP (coiter, torch) spins
+# for about a millisecond. The multi-threaded workers cap Intel's spin at 1 ms and
+# OpenBLAS's at 2**4 cycles, and pause between systems (Settings.switch_gap_s).
+SPIN_CAP = {"KMP_BLOCKTIME": "1", "OPENBLAS_THREAD_TIMEOUT": "4"}
 
 
 def thread_env(threads: int, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -37,7 +37,8 @@ class Settings:
     # with several threads, systems run in short batches with this pause between them, so
     # that one library's idle threads have stopped spinning when the next one runs
     switch_gap_s: float = 0.005
-    batches: int = 5  # rounds of batches with several threads
+    batches: int = 2  # rounds of batches with several threads
+    batch_warmup: int = 2  # untimed calls opening each batch (threads asleep after the pause)
     slow_limit_s: float = 1.0  # a system whose checked call is slower is not timed
     call_timeout_s: float = 10.0  # a first call still running then is abandoned
     spgemm_flops_limit: float = 2e7  # multiply-adds of A*B above which SpGEMM is skipped

@@ -147,7 +147,7 @@ class Worker:
         first = {name: record["systems"][name]["check_s"] for name in calls}
         gap = s.switch_gap_s if self.threads > 1 else 0.0
         for name, timing in round_robin(calls, first, s.case_budget_s, s.min_runs, s.max_runs,
-                                        gap, s.batches).items():
+                                        gap, s.batches, s.batch_warmup).items():
             record["systems"][name].update(timing.as_dict())
         record["wall_s"] = time.perf_counter() - start  # with conversions and checks
         return record
