@@ -316,3 +316,41 @@ def test_huge_thread_counts_are_refused_not_crashing() -> None:
         with pytest.raises(ValueError, match="threads must be a positive integer of at most"):
             k(A=A, x=np.ones(4), threads=bad)
     np.testing.assert_allclose(k(A=A, x=np.ones(4), threads=4096).to_numpy(), np.ones(4))
+
+
+APPENDED = [  # results with more, as many, and fewer entries than the operands' values together
+    ("A(i,j) = x(i) * y(j)", {"x": "s", "y": "s", "A": "csr"}, {"x": (300,), "y": (200,)},
+     lambda x, y: np.outer(x, y)),
+    ("D(i,j) = A(i,j) + B(i,j) + C(i,j)", {"A": "csr", "B": "csr", "C": "csr", "D": "csr"},
+     {"A": (50, 40), "B": (50, 40), "C": (50, 40)}, lambda a, b, c: a + b + c),
+    ("C(i,j) = A(i,j) * B(i,j)", {"A": "csr", "B": "csr", "C": "csr"}, {"A": (60, 50), "B": (60, 50)},
+     lambda a, b: a * b),
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "csr", "B": "csr", "C": "dcsr"}, {"A": (40, 30), "B": (30, 45)},
+     lambda a, b: a @ b),
+]
+
+
+@pytest.mark.parametrize("expr,formats,shapes,ref", APPENDED)
+@pytest.mark.parametrize("plan", [True, False])
+def test_appended_results_outgrow_or_undershoot_the_first_capacity(expr, formats, shapes, ref, plan,
+                                                                     monkeypatch) -> None:
+    """The first capacity of an appended result is the operands' values together: results
+    that need more grow, results that need less are trimmed; 1 and 2 threads, both paths."""
+    if not plan:
+        monkeypatch.setattr(coiter.kernel, "build_plan", lambda *a, **k: None)
+    rng = np.random.default_rng(7)
+    arrays = {n: random_array(rng, s, 0.5) for n, s in shapes.items()}
+    ops = {n: coiter.Tensor.from_numpy(a, format=formats[n]) for n, a in arrays.items()}
+    k = coiter.compile(expr, formats=formats)
+    for threads in (1, 2, 1, 2):  # twice: the second call of each goes through the plan
+        got = k(threads=threads, **ops)
+        np.testing.assert_allclose(got.to_numpy(), ref(*arrays.values()), rtol=1e-12)
+        assert got.nnz == got.storage.vals.shape[0]
+
+
+def test_capacity_hint_is_the_operands_values_at_most_the_dense_size() -> None:
+    from coiter.runtime.kernel import capacity_hint
+
+    assert capacity_hint([3, 4], (2, 2)) == 16
+    assert capacity_hint([100, 200], (10, 1000)) == 300
+    assert capacity_hint([10**6, 10**6], (30, 40)) == 1200

@@ -506,3 +506,15 @@ def test_split_loops_append_every_window(expr, formats, schedule, shapes, ref) -
     ops = {n: coiter.Tensor.from_numpy(a, format=formats[n]) if n in formats else a for n, a in arrays.items()}
     k = coiter.compile(expr, formats=formats, schedule=schedule)
     np.testing.assert_allclose(k(**ops).to_numpy(), np.einsum(ref, *arrays.values()), rtol=1e-12, atol=1e-12)
+
+
+def test_nested_parallel_reduction_inside_outlined_body() -> None:
+    """Regression: a parallel loop whose body holds another parallel loop with an array
+    reduction clause; the outlined body must receive the names the clause reads (the
+    result's dimensions), or the C does not compile."""
+    expr, formats = KERNELS["mttkrp"]
+    schedule = "parallelize(i,CPUThread,NoRaces),parallelize(k,CPUThread,Temporary)"
+    kernel = coiter.compile(expr, formats=formats, schedule=schedule)
+    operands, reference = _operands("mttkrp", np.random.default_rng(0))
+    for threads in (1, 2):
+        np.testing.assert_allclose(kernel(threads=threads, **operands).to_numpy(), reference(), rtol=1e-10)

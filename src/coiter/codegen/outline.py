@@ -10,6 +10,7 @@ loop, its schedule and its clauses as they were.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from ..ir.nodes import (
@@ -17,6 +18,8 @@ from ..ir.nodes import (
     Return, Var, While,
 )
 from ..ir.visit import assigned, declared, subexprs, used, walk, exprs
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # macros of the C prelude that read the kernel's parameters
 _MACRO_PARAMS = {"COITER_THREADS": ("coiter_nthreads", "coiter_work")}
@@ -73,7 +76,7 @@ def _helper(fn: Function, loop: For, params: dict[str, Param], n: int) -> Functi
     body = loop.body
     if any(isinstance(x, (Goto, Label, Return, Region)) for x in _all(body)):
         return None
-    names = used(body) | _macro_names(body)
+    names = used(body) | _macro_names(body) | _pragma_names(body)
     free = (names - declared(body) - {loop.var}) & set(params)
     if assigned(body) & free:
         return None
@@ -89,6 +92,17 @@ def _macro_names(s: IRStmt) -> set[str]:
             for sub in subexprs(e):
                 if isinstance(sub, Call):
                     out.update(_MACRO_PARAMS.get(sub.fn, ()))
+    return out
+
+
+def _pragma_names(s: IRStmt) -> set[str]:
+    """Identifiers in the pragmas of ``s``: clauses such as ``reduction(+: A_vals[:A1_dimension])``
+    read variables the expression trees do not show."""
+    out: set[str] = set()
+    for x in _all(s):
+        text = x.pragma if isinstance(x, (For, Region)) else x.text if isinstance(x, Pragma) else None
+        if text:
+            out.update(_IDENTIFIER.findall(text))
     return out
 
 

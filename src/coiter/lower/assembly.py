@@ -5,8 +5,9 @@ work. Rows of a result whose first level is dense and whose second level is
 compressed are independent: each thread takes a contiguous block of rows, appends
 their entries to its own buffers (its own counter, capacity and workspace), and
 writes the row lengths into the shared ``pos`` array. After the parallel region
-the buffers are concatenated in thread order, which is row order, and ``pos`` is
-turned into offsets as in serial assembly. One pass over the data, one copy.
+the other threads' buffers are appended to thread 0's in thread order, which is row
+order, and ``pos`` is turned into offsets as in serial assembly. One pass over the data;
+one thread copies nothing.
 
 Inside the region nothing may ``return``: a failed allocation records its error
 code and jumps to the end of the thread's block.
@@ -126,20 +127,25 @@ class ParallelAssembly:
         release += [ExprStmt(Call("free", (Var(table),))) for table in [*parts.values(), counts]]
         out.append(If(Var(RC), block(release, Return(Var(RC)))))
         out.append(IRAssign(Var(g.counter), Var(total)))
+        # thread 0's buffers grow (or shrink) to the whole result and take the others' rows
+        # after their own: one thread hands its buffers over without a copy
         offset = self._unique("coiter_offset")
-        out.append(Decl("int64_t", offset, Const(0)))
+        for name, ctype in arrays:
+            first = Load(parts[name], Const(0))
+            out.append(IRAssign(Var(name), Cast(f"{ctype}*", Call("realloc", (first, mul(
+                Call("COITER_MAX", (Var(total), Const(1))), Call("sizeof", (Var(ctype),))))))))
+            out.append(If(Un("!", Var(name)), block(release, Return(Const(1)))))
+            out.append(IRAssign(first, Var(name)))  # the old block is gone: release frees this one
+        out.append(Decl("int64_t", offset, Load(counts, Const(0))))
         copy: list[IRStmt] = []
         for name, ctype in arrays:
             size = Call("sizeof", (Var(ctype),))
             copy.append(ExprStmt(Call("memcpy", (add(Var(name), Var(offset)), Load(parts[name], Var(t)),
                                                  mul(Load(counts, Var(t)), size)))))
         copy.append(IRAssign(Var(offset), Load(counts, Var(t)), "+="))
-        for name, ctype in arrays:
-            out.append(IRAssign(Var(name), Cast(f"{ctype}*", Call("malloc", (mul(
-                Call("COITER_MAX", (Var(total), Const(1))), Call("sizeof", (Var(ctype),))),)))))
-            out.append(If(Un("!", Var(name)), block(release, Return(Const(1)))))
-        out.append(For(t, "int64_t", Const(0), Var(nt), block(copy)))
-        out += release
+        out.append(For(t, "int64_t", Const(1), Var(nt), block(copy)))
+        out.append(For(t, "int64_t", Const(1), Var(nt), block(cleanup)))
+        out += [ExprStmt(Call("free", (Var(table),))) for table in [*parts.values(), counts]]
         return out
 
 

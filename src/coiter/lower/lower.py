@@ -1412,6 +1412,17 @@ class Lowerer(DerivedLoops, ParallelAssembly):
             out.append(If(Un("!", Var(self.vals(self.result))), block(Return(Const(1)))))
         return out
 
+    def _trim(self, g, names: list[str], ctypes: list[str]) -> list[IRStmt]:
+        """Give back the capacity of appended arrays past their entries: the first
+        capacity is generous (see ``capacity_hint``). A failed shrink keeps the array."""
+        out: list[IRStmt] = []
+        for name, ctype in zip(names, ctypes):
+            tmp = self._unique(f"{name}_trim")
+            size = mul(Call("COITER_MAX", (Var(g.counter), Const(1))), Call("sizeof", (Var(ctype),)))
+            out += [Decl(f"{ctype}*", tmp, Cast(f"{ctype}*", Call("realloc", (Var(name), size)))),
+                    If(Var(tmp), block(IRAssign(Var(name), Var(tmp))))]
+        return [If(Bin(">", Var(g.cap), Var(g.counter)), block(out))] if out else []
+
     def _result_finish(self) -> tuple[list[IRStmt], list[tuple[int, str]]]:
         """Finalize appended levels and hand every array back through ``out``/``out_len``."""
         fmt = self.fmt(self.result)
@@ -1430,6 +1441,12 @@ class Lowerer(DerivedLoops, ParallelAssembly):
                 size = Var(g.counter)
             if g is not None and k == g.head:
                 out += level.append_finalize(names, parent_size)
+            if g is not None and self.region is None:
+                last = k == fmt.order - 1 and self.mode != "assemble"
+                out += self._trim(g, [names.array(a) for a in level.position_arrays],
+                                  [self.itype[self.result]] * len(level.position_arrays))
+                if last:
+                    out += self._trim(g, [self.vals(self.result)], [self.vtype[self.result]])
             for arr in level.arrays:
                 slots.append((k, arr))
                 lengths.append(add(parent_size, Const(1)) if arr in level.parent_arrays else size)

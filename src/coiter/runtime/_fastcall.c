@@ -381,7 +381,7 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
   int64_t w[MAX_WORDS], argv[MAX_PARAMS], rshape[MAX_ORDER], rdims[MAX_ORDER];
   void* out[MAX_OUT] = {0};
   int64_t out_len[MAX_OUT] = {0};
-  int64_t threads = 0, size = 1, work = 0, cap_hint = 16;
+  int64_t threads = 0, size = 1, work = 0, cap_hint;
   int held = 0, rc;
 
   if (kwds && PyDict_GET_SIZE(kwds)) { PyErr_SetString(PyExc_TypeError, "CallPlan takes no keywords"); return NULL; }
@@ -416,15 +416,18 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
   for (int k = 0; k < p->rlevels; k++) {
     rdims[k] = rshape[p->rlevel_mode[k]];
     if (p->result_int32 && rdims[k] >= INDEX32_MAX) goto not_implemented;
-    size *= rdims[k];
+    /* saturating: a dense size past int64 is left to the Python path's error */
+    size = (rdims[k] > 0 && size > INT64_MAX / rdims[k]) ? INT64_MAX : size * rdims[k];
   }
   for (int k = 0; k < p->nops; k++) {
     int64_t nvals = w[p->ops[k].offset + p->ops[k].len - 1];
     work += nvals;
-    if (nvals > cap_hint) cap_hint = nvals;
   }
+  /* as coiter.runtime.kernel.capacity_hint: every operand's values, at most the dense size */
+  cap_hint = work < size ? work : size;
+  if (cap_hint < 16) cap_hint = 16;
   if (p->result_kind == RESULT_DENSE) {
-    if (size <= 0) goto not_implemented;  /* empty results: the Python path */
+    if (size <= 0 || size == INT64_MAX) goto not_implemented;  /* empty results: the Python path */
     npy_intp n = (npy_intp)size;
     vals = PyArray_ZEROS(1, &n, p->rtypenum, 0);
     if (!vals) goto done;

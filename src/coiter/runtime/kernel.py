@@ -12,7 +12,7 @@ import ctypes
 import math
 import weakref
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -86,6 +86,13 @@ def adopt(ptr: int, length: int, dtype: np.dtype) -> np.ndarray:
 def shared_spec(ir: KernelIR) -> ParamSpec | None:
     """The parameter of a result written over an operand's first levels, if there is one."""
     return next((p for p in ir.params if p.kind == "shared_vals"), None)
+
+
+def capacity_hint(operand_values: Iterable[int], rdims: tuple[int, ...]) -> int:
+    """First capacity of an appended result: the operands' stored values together (a
+    union of them appends no more), at most the dense result's size, at least 16. Pages
+    of the reservation that are never written cost nothing; the kernel trims the rest."""
+    return max(16, min(sum(operand_values), math.prod(rdims)))
 
 
 def shared_size(operand: Storage, levels: int, rdims: tuple[int, ...]) -> int:
@@ -354,7 +361,7 @@ class StorageKernel:
                 elif p.kind == "out_len":
                     args[n] = out_len.ctypes.data
                 elif p.kind == "cap_hint":
-                    args[n] = max(16, max((int(s.vals.shape[0]) for s in storages.values()), default=16))
+                    args[n] = capacity_hint((int(s.vals.shape[0]) for s in storages.values()), rdims)
             elif p.tensor == self.result and p.kind == "dim":
                 args[n] = rdims[p.level]
             else:
