@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import scipy.sparse as sp
 import pytest
 
 import coiter
@@ -144,3 +145,44 @@ def test_generated_union_code_shape() -> None:
     assert body.count("while (") == 1
     assert "} else if (" in body
     assert body.count("for (; ") == 2
+
+
+def test_spgemm_rows_take_every_workspace_sort() -> None:
+    """Result rows sized and spread so that ordering the dense workspace's coordinate list
+    takes each method: quicksort (few, or spread thin), LSD radix sort with 2 and 3 byte
+    passes, a scan of the flags over the row's range, and a scan forced because the list
+    fills more than half the workspace. Each row's coordinates arrive unsorted (three
+    sorted pieces, from three rows of C) and must leave sorted."""
+    rng = np.random.default_rng(11)
+    n = 200_000
+    rows = [rng.choice(n, 20, replace=False),                       # short: quicksort
+            rng.choice(n, 40, replace=False),                       # spread thin: quicksort
+            rng.choice(60_000, 300, replace=False),                 # radix, 2 passes
+            rng.choice(n, 300, replace=False),                      # radix, 3 passes
+            1000 + rng.choice(600, 300, replace=False),             # scan of the range
+            rng.choice(100_000, 5000, replace=False)]               # scan of a wide range
+    b_rows, b_cols, c_rows, c_cols = [], [], [], []
+    for r, cols in enumerate(rows):
+        for part, piece in enumerate(np.array_split(rng.permutation(cols), 3)):
+            b_rows.append(r)
+            b_cols.append(3 * r + part)
+            c_rows += [3 * r + part] * len(piece)
+            c_cols += list(piece)
+    B = sp.csr_array((rng.random(len(b_rows)) + 0.5, (b_rows, b_cols)), shape=(len(rows), 3 * len(rows)))
+    C = sp.csr_array((rng.random(len(c_rows)) + 0.5, (c_rows, c_cols)), shape=(3 * len(rows), n))
+    A = coiter.evaluate("A(i,j) = B(i,k) * C(k,j)", out_format="ds",
+                        B=coiter.Tensor.from_scipy(B), C=coiter.Tensor.from_scipy(C))
+    check(A, (B @ C).toarray())
+    pos, crd = A.storage.levels[1]["pos"], A.storage.levels[1]["crd"]
+    for r, cols in enumerate(rows):
+        np.testing.assert_array_equal(crd[pos[r]:pos[r + 1]], np.sort(cols))
+    # a list filling more than half of a small workspace
+    B2 = sp.csr_array(np.ones((1, 3)))
+    C2 = np.zeros((3, 60))
+    for part, piece in enumerate(np.array_split(rng.permutation(60)[:45], 3)):
+        C2[part, piece] = rng.random(len(piece)) + 0.5
+    A2 = coiter.evaluate("A(i,j) = B(i,k) * C(k,j)", out_format="ds",
+                         B=coiter.Tensor.from_scipy(B2), C=coiter.Tensor.from_numpy(C2, format="ds"))
+    check(A2, B2.toarray() @ C2)
+    crd2 = A2.storage.levels[1]["crd"]
+    assert np.all(np.diff(crd2) > 0)

@@ -81,18 +81,52 @@ static void coiter_qsort_index(int64_t* a, int64_t n) {{
   }}
 }}
 
-/* order a workspace's coordinate list: comparison sort for few entries, otherwise a
-   linear scan of its occupancy flags (cheaper once n log n exceeds the dimension) */
+/* LSD radix sort of a[0..n) by the bytes of a[q] - lo (below 2^(8 passes)), through
+   tmp[0..n); the sorted keys end in a */
+static void coiter_radix_index(int64_t* a, int64_t* tmp, int64_t n, int64_t lo, int passes) {{
+  int64_t *src = a, *dst = tmp;
+  for (int d = 0; d < passes; d++) {{
+    int64_t count[256] = {{0}};
+    int shift = 8 * d;
+    for (int64_t q = 0; q < n; q++) count[((src[q] - lo) >> shift) & 255]++;
+    for (int64_t b = 0, sum = 0; b < 256; b++) {{ int64_t c = count[b]; count[b] = sum; sum += c; }}
+    for (int64_t q = 0; q < n; q++) dst[count[((src[q] - lo) >> shift) & 255]++] = src[q];
+    int64_t* t = src; src = dst; dst = t;
+  }}
+  if (src != a) memcpy(a, src, (size_t)n * sizeof(int64_t));
+}}
+
+/* order a workspace's coordinate list a[0..n) (capacity dim + 1, coordinates flagged in
+   set) by the cheapest of: quicksort (about 3 n log n), radix sort through the list's
+   unused tail (2n + 256 per byte of the coordinates' range), or a scan of the flags over
+   that range (8 flags per word read) */
 static void coiter_sort_index(int64_t* a, int64_t n, const uint8_t* set, int64_t dim) {{
   if (n < 2) return;
-  int64_t lg = 0;
+  if (n <= 32) {{ coiter_qsort_index(a, n); return; }}
+  int64_t lo = a[0], hi = a[0];
+  for (int64_t q = 1; q < n; q++) {{ lo = a[q] < lo ? a[q] : lo; hi = a[q] > hi ? a[q] : hi; }}
+  int64_t lg = 0, bits = 0;
   while ((INT64_C(1) << lg) < n) lg++;
-  if (n * lg < dim) {{
-    coiter_qsort_index(a, n);
+  while (bits < 62 && ((hi - lo) >> bits) > 0) bits++;
+  int passes = (int)((bits + 7) / 8);
+  int64_t scan = (hi - lo + 1) / 8 + 2 * n, radix = passes * (256 + 2 * n), quick = 3 * n * lg;
+  if (scan <= radix || 2 * n > dim + 1) {{
+    if (scan <= quick || 2 * n > dim + 1) {{
+      int64_t k = 0, j = lo;
+      while (j <= hi) {{
+        uint64_t word = 1;
+        if (j + 8 <= hi + 1) memcpy(&word, set + j, sizeof word);
+        if (!word) {{ j += 8; continue; }}
+        if (set[j]) a[k++] = j;
+        j++;
+      }}
+      return;
+    }}
+  }} else if (radix <= quick) {{
+    coiter_radix_index(a, a + n, n, lo, passes);
     return;
   }}
-  int64_t k = 0;
-  for (int64_t j = 0; j < dim; j++) if (set[j]) a[k++] = j;
+  coiter_qsort_index(a, n);
 }}
 
 /* hashed level: bucket of coordinate c in the segment of parent position `parent`
