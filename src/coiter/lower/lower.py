@@ -38,6 +38,7 @@ from ..notation.ast import (
     Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
 )
 from .assembly import ParallelAssembly
+from .growth import drop_unread_zero_fill
 from .derived import DerivedLoops
 from .types import c_index_type, c_value_type
 
@@ -337,6 +338,8 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         # dense temporaries are allocated by the function (a slice per thread in parallel loops)
         self.temp_allocs: list[IRStmt] = []
         self.temp_frees: list[IRStmt] = []
+        # appended result arrays whose entries are all assigned (no zero fill when grown)
+        self.append_written: set[str] = set()
         self.parallel_depth = 0  # CPUThread loops enclosing the statement being lowered
         self.result = prog.result
         rdecl = self.decls[self.result]
@@ -1225,8 +1228,10 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         itype = self.itype[self.result]
         for m in g.members:
             level = self.fmt(self.result).levels[m]
-            for arr in level.position_arrays:
-                arrays.append((self.names(self.result, m).array(arr), itype, cap_old, new_cap))
+            for arr in level.position_arrays:  # coordinates, assigned as they are appended
+                name = self.names(self.result, m).array(arr)
+                arrays.append((name, itype, cap_old, new_cap))
+                self.append_written.add(name)
         nxt = next((h for h in self.groups if h.head > g.head), None)
         stop = nxt.head if nxt else self.decls[self.result].order
         mult = self._dense_mult(g.members[-1] + 1, stop)
@@ -1238,6 +1243,8 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         elif self.mode != "assemble" and self.mode != "compute":
             arrays.append((self.vals(self.result), self.vtype[self.result], mul(cap_old, mult),
                            mul(new_cap, mult)))
+            if mult == Const(1):  # one value per appended position, assigned with it
+                self.append_written.add(self.vals(self.result))
         return new_cap, arrays
 
     def _ensure_capacity(self, g: _Group) -> list[IRStmt]:
@@ -1335,7 +1342,8 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         if self.region is None:
             epilogue += self._workspace_frees()
         fn = Function(self.name, tuple(cparams),
-                      block(prologue, body, epilogue, Return(Const(0))))
+                      drop_unread_zero_fill(block(prologue, body, epilogue, Return(Const(0))),
+                                            self.append_written))
         return KernelIR(fn, tuple(params), self.mode, self.result, self.result_allocated,
                         tuple(out_arrays))
 
