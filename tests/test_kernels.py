@@ -186,3 +186,9 @@ def test_spgemm_rows_take_every_workspace_sort() -> None:
     check(A2, B2.toarray() @ C2)
     crd2 = A2.storage.levels[1]["crd"]
     assert np.all(np.diff(crd2) > 0)
+    # every coordinate of the workspace set: the list fills up to its last entry
+    C3 = rng.random((3, 60)) + 0.5
+    A3 = coiter.evaluate("A(i,j) = B(i,k) * C(k,j)", out_format="ds",
+                         B=coiter.Tensor.from_scipy(B2), C=coiter.Tensor.from_numpy(C3, format="ds"))
+    check(A3, B2.toarray() @ C3)
+    np.testing.assert_array_equal(A3.storage.levels[1]["crd"], np.arange(60))

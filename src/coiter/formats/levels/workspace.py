@@ -51,13 +51,16 @@ class WorkspaceList(Level):
         return coord
 
     def insert_coord(self, names: LevelNames, p: IRExpr, coord: IRExpr) -> list[IRStmt]:
+        # without a branch, whose outcome (first visit or not) is a coin toss in SpGEMM: the
+        # coordinate is always written after the list's end, and kept by counting it when
+        # it is new (the list holds dim + 1 entries, so the write stays inside)
         flag = Load(names.array("set"), coord)
         count = self.count(names)
-        return [If(Un("!", flag), block(
-            Assign(flag, Const(1)),
+        return [
             Assign(Load(names.array("list"), count), coord),
-            Assign(count, Const(1), "+="),
-        ))]
+            Assign(count, Un("!", flag), "+="),
+            Assign(flag, Const(1)),
+        ]
 
     # The workspace never lives in NumPy; these satisfy the interface for completeness
     # of the plugin contract and describe a workspace as if it were a sparse vector.
