@@ -94,38 +94,66 @@ def _compile_probes(kernels: list[str]) -> dict[str, Any]:
 
 def _worker(settings: Settings, settings_path: Path, threads: int) -> dict[str, Any]:
     """One thread count's results. A worker stuck in a first call for longer than
-    ``call_timeout_s`` is killed and started again without that call (see worker.py);
-    one that dies otherwise leaves the cases it finished."""
+    ``call_timeout_s``, or killed during one (the kernel's out-of-memory killer), is started
+    again without that call (see worker.py). One killed elsewhere is started again at the
+    case it was in, unless it died there before; then it leaves the cases it finished."""
     out = settings_path.with_name(f"run-{threads}.json")
     state = settings_path.with_name(f"state-{threads}.json")
     state.write_text(json.dumps({"slow": []}))
     cmd = [sys.executable, "-m", "benchmarks.suite.worker", str(settings_path), str(threads),
            str(out), str(state)]
+    finished = -1  # cases done when the worker last died outside a first call
     while True:
         proc = subprocess.Popen(cmd, env=thread_env(threads), cwd=REPO_ROOT)
         stuck = None
         while proc.poll() is None and stuck is None:
             time.sleep(0.5)
-            try:
-                now = json.loads(state.read_text())
-            except (OSError, ValueError):
-                continue
+            now = _read_state(state)
             if now.get("in_call") and time.time() - now["since"] > settings.call_timeout_s:
                 stuck = now
+        died = proc.returncode not in (None, 0)
+        if stuck is None and died and _read_state(state).get("in_call"):
+            stuck = _read_state(state)
+        if stuck is None and died and _cases_done(out) > finished:
+            # killed between first calls (memory a long-lived worker gathered over its
+            # cases): a fresh worker resumes at the case it was in, once per case
+            finished = _cases_done(out)
+            print(f"\nthe {threads_label(threads)} worker died (exit status {proc.returncode}) after "
+                  f"{finished} cases: restarting it", file=sys.stderr)
+            continue
         if stuck is None:
             break
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
         proc.wait()
         kernel, name, system, work = stuck["in_call"]
-        reason = f"no result within {settings.call_timeout_s:g} s (the worker was stopped)"
-        print(f"\n{system} gave no {kernel} result on {name} within {settings.call_timeout_s:g} s: "
-              "restarting the worker without it", file=sys.stderr)
+        if died:
+            reason = f"the worker died in this call (exit status {proc.returncode}; -9: out of memory)"
+        else:
+            reason = f"no result within {settings.call_timeout_s:g} s (the worker was stopped)"
+        print(f"\n{system} {kernel} on {name}: {reason}; restarting the worker without it", file=sys.stderr)
         state.write_text(json.dumps({"slow": stuck["slow"] + [[kernel, system, work, name, reason]]}))
     result = json.loads(out.read_text()) if out.exists() else \
         {"threads": threads, "systems": {}, "overhead": {"systems": {}}, "cases": [], "elapsed_s": 0.0}
     if proc.returncode != 0:
         result["error"] = f"worker exited with status {proc.returncode} after {len(result['cases'])} cases"
     return result
+
+
+def _cases_done(out: Path) -> int:
+    """Cases a worker has written to its results file."""
+    try:
+        return len(json.loads(out.read_text())["cases"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _read_state(state: Path) -> dict[str, Any]:
+    """The worker's STATE.json, or nothing while it is being rewritten."""
+    try:
+        return json.loads(state.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def coiter_failures(results: dict[str, Any]) -> list[str]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir.nodes import Assign, Bin, Block, Call, ExprStmt, For, If, IRExpr, IRStmt, Load, Pragma, Region, Var, While
+from ..ir.nodes import (
+    Assign, Bin, Block, Call, Cast, For, If, IRExpr, IRStmt, Load, Pragma, Region, Un, Var, While,
+)
 from ..ir.visit import exprs, subexprs
 
 GROW = "coiter_grow"
@@ -25,7 +27,7 @@ def drop_unread_zero_fill(body: Block, written: set[str]) -> Block:
     read = _read_arrays(body) | (set(_all_grown(body)) - written)
 
     def fix(s: IRStmt) -> IRStmt:
-        if isinstance(s, Assign) and isinstance(s.value, IRExpr):
+        if isinstance(s, Assign):
             return replace(s, value=_plain_realloc(s.value, read))
         if isinstance(s, Block):
             return Block(tuple(fix(x) for x in s.stmts))
@@ -52,9 +54,10 @@ def _plain_realloc(e: IRExpr, read: set[str]) -> IRExpr:
 
 
 def _swap(e: IRExpr, old: IRExpr, new: IRExpr) -> IRExpr:
+    """``e`` with its subexpression ``old`` (under casts) replaced by ``new``."""
     if e is old:
         return new
-    if hasattr(e, "a") and not isinstance(e, Bin):  # Cast, Un
+    if isinstance(e, (Cast, Un)):
         return replace(e, a=_swap(e.a, old, new))
     return e
 

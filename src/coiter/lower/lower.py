@@ -1420,7 +1420,7 @@ class Lowerer(DerivedLoops, ParallelAssembly):
             out.append(If(Un("!", Var(self.vals(self.result))), block(Return(Const(1)))))
         return out
 
-    def _trim(self, g, names: list[str], ctypes: list[str]) -> list[IRStmt]:
+    def _trim(self, g: _Group, names: list[str], ctypes: list[str]) -> list[IRStmt]:
         """Give back the capacity of appended arrays past their entries: the first
         capacity is generous (see ``capacity_hint``). A failed shrink keeps the array."""
         out: list[IRStmt] = []
