@@ -1,13 +1,27 @@
-"""Shared fixtures and hypothesis profiles (COITER_TEST_PROFILE=ci shrinks runs for CI).
+"""Shared fixtures, hypothesis profiles (COITER_TEST_PROFILE=ci shrinks runs for CI), and
+caches kept out of the user's home.
+
+Kernels compile into a temporary cache removed when the run ends, unless COITER_CACHE_DIR
+names one; the autotuner's file and every platformdirs cache (the benchmark suite's
+converted inputs) also go to that temporary folder. Subprocesses inherit the variables.
 
 The CI profile draws the same examples on every run, so that a merge gate never turns red
 on a draw nobody can reproduce; the dev (default) and full profiles draw new examples on
 every run and are where the differential tests go looking for new bugs."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 from hypothesis import HealthCheck, settings
+
+_SCRATCH = tempfile.mkdtemp(prefix="coiter-tests-")
+atexit.register(shutil.rmtree, _SCRATCH, True)
+os.environ.setdefault("COITER_CACHE_DIR", os.path.join(_SCRATCH, "kernels"))
+os.environ["COITER_AUTOTUNE_FILE"] = os.path.join(_SCRATCH, "autotune.json")
+os.environ["XDG_CACHE_HOME"] = os.path.join(_SCRATCH, "xdg-cache")
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, derandomize=True,

@@ -17,7 +17,7 @@ from ..ir.nodes import (
     Block, Call, Decl, ExprStmt, For, Function, Goto, If, IRStmt, Label, Param, Pragma, Region,
     Return, Var, While,
 )
-from ..ir.visit import assigned, declared, subexprs, used, walk, exprs
+from ..ir.visit import assigned, declared, exprs, subexprs, used, walk_regions
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -30,7 +30,7 @@ def outline_parallel_bodies(fn: Function) -> tuple[list[Function], Function]:
     Loops whose body assigns a variable declared outside it (a scalar reduction) or jumps
     keep their body."""
     params = {p.name: p for p in fn.params}
-    for s in _all(fn.body):  # variables a loop body may use: declared, or enclosing loops'
+    for s in walk_regions(fn.body):  # variables a loop body may use: declared, or enclosing loops'
         if isinstance(s, Decl) and "[" not in s.name:
             params.setdefault(s.name, _decl_param(s))
         elif isinstance(s, For) and s.start is not None:
@@ -64,17 +64,9 @@ def outline_parallel_bodies(fn: Function) -> tuple[list[Function], Function]:
     return helpers, replace(fn, body=body)
 
 
-def _all(s: IRStmt):
-    """Every statement of ``s``, parallel regions included."""
-    for x in walk(s):
-        yield x
-        if isinstance(x, Region):
-            yield from _all(x.body)
-
-
 def _helper(fn: Function, loop: For, params: dict[str, Param], n: int) -> Function | None:
     body = loop.body
-    if any(isinstance(x, (Goto, Label, Return, Region)) for x in _all(body)):
+    if any(isinstance(x, (Goto, Label, Return, Region)) for x in walk_regions(body)):
         return None
     names = used(body) | _macro_names(body) | _pragma_names(body)
     free = (names - declared(body) - {loop.var}) & set(params)
@@ -87,7 +79,7 @@ def _helper(fn: Function, loop: For, params: dict[str, Param], n: int) -> Functi
 def _macro_names(s: IRStmt) -> set[str]:
     """Kernel parameters that prelude macros called in ``s`` read."""
     out: set[str] = set()
-    for x in _all(s):
+    for x in walk_regions(s):
         for e in exprs(x):
             for sub in subexprs(e):
                 if isinstance(sub, Call):
@@ -99,7 +91,7 @@ def _pragma_names(s: IRStmt) -> set[str]:
     """Identifiers in the pragmas of ``s``: clauses such as ``reduction(+: A_vals[:A1_dimension])``
     read variables the expression trees do not show."""
     out: set[str] = set()
-    for x in _all(s):
+    for x in walk_regions(s):
         text = x.pragma if isinstance(x, (For, Region)) else x.text if isinstance(x, Pragma) else None
         if text:
             out.update(_IDENTIFIER.findall(text))

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from .nodes import (
     Assign, Bin, Block, Call, Cast, Decl, ExprStmt, For, If, IRExpr, IRStmt, Load, Max, Min, Pragma,
-    Return, Select, Un, Var, While,
+    Region, Return, Select, Un, Var, While,
 )
 
 
@@ -28,6 +28,14 @@ def walk(s: IRStmt) -> Iterator[IRStmt]:
     yield s
     for c in children(s):
         yield from walk(c)
+
+
+def walk_regions(s: IRStmt) -> Iterator[IRStmt]:
+    """Like :func:`walk`, descending into the bodies of parallel regions too."""
+    for x in walk(s):
+        yield x
+        if isinstance(x, Region):
+            yield from walk_regions(x.body)
 
 
 def subexprs(e: IRExpr) -> Iterator[IRExpr]:

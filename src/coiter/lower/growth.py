@@ -13,7 +13,7 @@ from dataclasses import replace
 from ..ir.nodes import (
     Assign, Bin, Block, Call, Cast, For, If, IRExpr, IRStmt, Load, Pragma, Region, Un, Var, While,
 )
-from ..ir.visit import exprs, subexprs
+from ..ir.visit import exprs, subexprs, walk_regions
 
 GROW = "coiter_grow"
 # calls that take an array's address without reading its elements (memcpy: its destination)
@@ -66,7 +66,7 @@ def _read_arrays(body: Block) -> set[str]:
     """Arrays whose elements some statement reads, or whose address escapes into a call
     that may read them (every call but the allocation ones and memcpy's destination)."""
     out: set[str] = set()
-    for s in _statements(body):
+    for s in walk_regions(body):
         for n, e in enumerate(exprs(s)):
             writes = isinstance(s, Assign) and n == 0
             for sub in subexprs(e):
@@ -81,24 +81,8 @@ def _read_arrays(body: Block) -> set[str]:
 
 def _all_grown(body: Block):
     """Names of the arrays that ``coiter_grow`` calls in ``body`` grow."""
-    for s in _statements(body):
+    for s in walk_regions(body):
         for e in exprs(s):
             for sub in subexprs(e):
                 if isinstance(sub, Call) and sub.fn == GROW and isinstance(sub.args[0], Var):
                     yield sub.args[0].name
-
-
-def _statements(s: IRStmt):
-    """Every statement of ``s``, parallel regions included."""
-    yield s
-    if isinstance(s, Block):
-        for x in s.stmts:
-            yield from _statements(x)
-    elif isinstance(s, (For, While, Region)):
-        yield from _statements(s.body)
-    elif isinstance(s, If):
-        yield from _statements(s.then)
-        if s.otherwise is not None:
-            yield from _statements(s.otherwise)
-    elif isinstance(s, Pragma):
-        yield from _statements(s.stmt)
