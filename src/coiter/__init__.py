@@ -11,7 +11,7 @@ from .errors import (
 )
 from .formats import (
     Compressed, Dense, Format, Hashed, Layout, Level, LevelCoord, LevelNames, Offset, Packed,
-    PaddedSingleton, ParentPos, Range, Singleton, bcoo, bcsr, coo, coo_aos, csb, csc, csf, csr,
+    PaddedSingleton, ParentPos, Range, Singleton, bcoo, bcsr, coo, coo_aos, csb, csc, csf, csr, csr_unordered,
     dcsc, dcsr, dense, dia, ell, hash_matrix, hash_vector, parse_format, register_level,
     sparse_vector,
 )
@@ -29,7 +29,7 @@ __all__ = [
     "index_vars", "IndexVar", "Assignment", "read", "write", "Format", "Level", "LevelNames",
     "ParentPos", "Packed", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed",
     "Range", "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf",
-    "csr", "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector",
+    "csr", "csr_unordered", "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector",
     "hash_matrix", "sparse_vector", "coo_aos", "CoiterError", "CompileError", "DTypeError",
     "FormatError", "KernelError", "ParseError", "ScheduleError", "ShapeError",
 ]

@@ -77,6 +77,8 @@ def compile(
     schedule: ScheduleLike = None,
     target: str = "c",
     fast_math: bool = False,
+    workspace: str = "auto",
+    workspace_memory: int | None = None,
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
@@ -91,6 +93,10 @@ def compile(
     ``fast_math=True`` lets the C compiler reassociate floating-point sums (vectorized
     reductions, faster on long rows); results may then differ in the last bits from the
     default build, whose sums run in a fixed order (bit-for-bit reproducible).
+    ``workspace`` takes a result the loops scatter into (docs/workspaces.md): ``"auto"``
+    chooses per call, ``"dense"``, or a sparse policy (``"hash"``, ``"coord"``,
+    ``"bucket"``); no dense workspace takes more than ``workspace_memory`` bytes
+    (default: ``COITER_WORKSPACE_MEMORY``, else a quarter of the machine's memory).
     """
     a, aliases = _prepare(_as_assignment(assignment))
     formats = dict(formats or {})
@@ -110,7 +116,7 @@ def compile(
     if target not in ("c", "cuda"):
         raise ValueError(f"target must be 'c' or 'cuda', got {target!r}")
     kernel = Kernel(StorageKernel(a, fmts, np.dtype(dtype or np.float64), aliases, commands, target,
-                                  fast_math))
+                                  fast_math, workspace, workspace_memory))
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel

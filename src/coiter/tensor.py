@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import DTypeError, FormatError, ShapeError
-from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, dia
+from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, csr_unordered, dia
 from .formats.levels import Compressed, Dense
 from .formats.storage import Storage
 from .notation.ast import Access, Assignment, IndexVar, accesses, as_expr
@@ -438,11 +438,14 @@ class Tensor:
         if self.order != 2:
             raise FormatError(f"{self.name}: only order-2 tensors convert to SciPy, this has order {self.order}")
         s = self.storage
-        if s.format in (csr, csc):
+        if s.format in (csr, csc, csr_unordered):
             pos, crd = s.levels[1]["pos"], s.levels[1]["crd"]
             nnz = int(pos[-1])
-            kind = sp.csr_array if s.format == csr else sp.csc_array
-            return kind((s.vals[:nnz], crd[:nnz], pos), shape=s.shape)
+            kind = sp.csc_array if s.format == csc else sp.csr_array
+            out = kind((s.vals[:nnz], crd[:nnz], pos), shape=s.shape)
+            if s.format == csr_unordered:
+                out.has_sorted_indices = False  # SciPy sorts them when an operation needs it
+            return out
         if s.format == dia():
             offsets = s.levels[1]["offset"]
             return sp.dia_array((s.vals.reshape(offsets.shape[0], s.shape[1]), offsets), shape=s.shape)

@@ -184,8 +184,10 @@ static int coiter_sort_pairs(int64_t* key, int64_t* at, int64_t n) {{
 }}
 """
 
-_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,
-         "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
+# C's binary operator precedence (higher binds tighter); unary operators bind tighter still
+_PREC = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, "<=": 7, ">": 7,
+         ">=": 7, "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10, "%": 10}
+_UNARY = 11
 
 
 def _const(value: object) -> str:
@@ -235,7 +237,7 @@ def _(e: Bin, prec: int = 0) -> str:
 
 @expr.register
 def _(e: Un, prec: int = 0) -> str:
-    inner = expr(e.a, 7)
+    inner = expr(e.a, _UNARY)
     if inner.startswith(("-", "+")) or (isinstance(e.a, Const) and not isinstance(e.a.value, bool)):
         inner = f"({inner})"  # never print "--x" (a decrement) or "-1e3" ambiguities
     return f"{e.op}{inner}"
@@ -263,7 +265,7 @@ def _(e: Call, prec: int = 0) -> str:
 
 @expr.register
 def _(e: Cast, prec: int = 0) -> str:
-    return f"(({e.ctype}){expr(e.a, 7)})"
+    return f"(({e.ctype}){expr(e.a, _UNARY)})"
 
 
 @singledispatch
@@ -392,10 +394,11 @@ def _param_type(p: Param) -> str:
     return f"{'const ' if p.const else ''}{p.ctype}{'*' * p.pointers}"
 
 
-def module(functions: list[Function], index_max: str) -> str:
+def module(functions: list[Function], index_max: str, support: tuple[str, ...] = ()) -> str:
     """A complete C translation unit holding ``functions`` (parallel loop bodies outlined,
-    see :mod:`coiter.codegen.outline`) and their packed entry points."""
-    parts = []
+    see :mod:`coiter.codegen.outline`) and their packed entry points, after the C
+    definitions in ``support``."""
+    parts = list(support)
     for f in functions:
         helpers, f = outline_parallel_bodies(f)
         parts.append("\n\n".join([*(function(h) for h in helpers), function(f), packed_entry(f)]))

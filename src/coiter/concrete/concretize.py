@@ -7,9 +7,14 @@
 2. A loop order concordant with every operand is chosen; operands that cannot
    be made concordant are transposed through a generated conversion.
 3. Where a sparse result would be scattered into (a reduction loop encloses the
-   loop of an appended result level), a dense row workspace is inserted
-   (Gustavson's algorithm); where one workspace cannot help, the result is
-   computed densely and converted.
+   loop of an appended result level, or the loops visit the result out of its storage
+   order), a workspace takes the components (Zhang et al., PLDI 2024): over the result
+   modes from the first one the loops do not visit in storage order before any
+   reduction. The ``workspace`` choice says which: ``"dense"`` is a dense row workspace
+   (Gustavson's algorithm) for one mode, and otherwise a dense result converted
+   afterwards; a sparse policy (:mod:`coiter.formats.workspaces`) is an insert-sort-merge
+   workspace of any order; ``"auto"`` takes the dense row workspace for one mode and the
+   default sparse policy for more (the kernel may choose again per call).
 """
 from __future__ import annotations
 
@@ -20,8 +25,9 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import FormatError
-from ..formats.format import Format, dense
+from ..formats.format import Format, coo, dense
 from ..formats.levels.workspace import WorkspaceList
+from ..formats.workspaces import DENSE, policy_names
 from ..lattice.graph import Edge, LoopOrder, choose_order
 from ..notation.ast import (
     Access,
@@ -41,6 +47,9 @@ from .layouts import LayoutPlan, expand_layouts
 from .stmt import Assign, ConcreteProgram, Env, Forall, Stmt, TensorDecl, Where, walk_stmts
 
 Derived = Mapping[IndexVar, tuple[IndexVar, ...]]
+AUTO = "auto"
+# the sparse workspace "auto" takes where a dense one would need more than one mode
+DEFAULT_POLICY = "hash"
 
 
 def _loop_vars(vs, derived: Derived) -> list[IndexVar]:
@@ -173,10 +182,12 @@ def concretize(
     formats: Mapping[str, Format],
     dtypes: Mapping[str, np.dtype],
     result_dtype: np.dtype,
+    workspace: str = AUTO,
 ) -> ConcreteProgram:
     """Turn an assignment whose reductions are explicit into concrete index notation.
 
     ``formats``/``dtypes`` cover every tensor named in the assignment (result included).
+    ``workspace`` chooses the workspace of a scattered result (see the module's step 3).
     A result format kernels cannot assemble directly (hashed, DIA, ELL, blocked) is
     computed in its assembly format and converted afterwards.
     """
@@ -233,15 +244,22 @@ def concretize(
     builder = _Builder(lo.order, temps, derived)
     scattered = _scattered_levels(lhs, result_fmt, lo.order, top_reduced if accumulate else ())
     if not lo.result_concordant or scattered:
-        ws = (_workspace_var(lhs, result_fmt, lo.order, scattered, top_reduced)
-              if lo.result_concordant and scattered else None)
-        if ws is not None:
-            w = Access(lifter.fresh("w"), (ws,))
-            decls[w.tensor] = TensorDecl(w.tensor, Format([WorkspaceList()]),
-                                         np.dtype(result_dtype), "workspace", (ws,))
+        modes = _workspace_modes(lhs, result_fmt, lo.order, top_reduced if accumulate else (),
+                                 derived)
+        if workspace not in (AUTO, *policy_names()):
+            raise FormatError(f"unknown workspace {workspace!r}: choose one of "
+                              f"{', '.join((AUTO, *policy_names()))}")
+        row = modes is not None and len(modes) == 1 and result_fmt.levels[-1].unique
+        policy = workspace if workspace != AUTO else (DENSE if row else DEFAULT_POLICY)
+        if modes is not None and (policy != DENSE or row):
+            w = Access(lifter.fresh("w"), modes)
+            row_ws = WorkspaceList(ordered=result_fmt.levels[-1].ordered)
+            wfmt, wpolicy = (Format([row_ws]), None) if policy == DENSE else (coo(len(modes)), policy)
+            decls[w.tensor] = TensorDecl(w.tensor, wfmt, np.dtype(result_dtype), "workspace", modes,
+                                         policy=wpolicy)
             stmt = builder.workspace(lhs, w, body)
             return ConcreteProgram(stmt, _used(decls, stmt), lhs.tensor, env, result_conversion)
-        # no single workspace helps: compute densely, convert afterwards
+        # the dense workspace of more than one mode: compute densely, convert afterwards
         result_conversion = final_fmt
         decls[lhs.tensor] = replace(decls[lhs.tensor], format=dense(len(free)))
     stmt = builder.build((), lhs, body, accumulate, frozenset())
@@ -397,20 +415,25 @@ def _scattered_levels(
     return out
 
 
-def _workspace_var(
-    lhs: Access, fmt: Format, order: tuple[IndexVar, ...], scattered: list[int],
-    reduced: tuple[IndexVar, ...],
-) -> IndexVar | None:
-    """The variable of a one-dimensional row workspace, when one suffices."""
-    last = fmt.order - 1
-    if scattered != [last] or not fmt.levels[last].unique:
+def _workspace_modes(
+    lhs: Access, fmt: Format, order: tuple[IndexVar, ...], reduced: tuple[IndexVar, ...],
+    derived: Derived,
+) -> tuple[IndexVar, ...] | None:
+    """The result modes (in storage order) a workspace must hold: all but the longest
+    prefix of them that is also the prefix of the loop order, ahead of every reduction
+    loop (the paper's ``max(N + 1 - p1, p2)``); the prefix's loops enclose the workspace.
+    None when a result mode is a split variable (its loops are not the mode's) or no mode
+    needs one."""
+    path = [lhs.indices[m] for m in fmt.ordering]
+    if any(v in derived for v in path):
         return None
-    v = lhs.indices[fmt.ordering[last]]
-    # every other result variable must be iterated before the scatter starts
-    first = min(order.index(r) for r in reduced)
-    if any(order.index(u) > first for u in lhs.indices if u != v):
+    first = min((order.index(r) for r in reduced), default=len(order))
+    k = 0
+    while k < min(len(path), first) and order[k] == path[k]:
+        k += 1
+    if k == len(path):
         return None
-    return v
+    return tuple(path[k:])
 
 
 class _Builder:
@@ -447,12 +470,13 @@ class _Builder:
         return Assign(lhs, rhs, accumulate)
 
     def workspace(self, lhs: Access, w: Access, body: Expr) -> Stmt:
-        """``forall(outer, (forall(j, A = w(j))) where (... w(j) += body))``."""
-        (j,) = w.indices
-        outer = tuple(v for v in self.order if v in lhs.indices and v != j)
-        inner_bound = outer
-        consumer = self.build(inner_bound, lhs, w, False, frozenset())
-        producer = self.build(inner_bound, w, body, True, frozenset())
+        """``forall(outer, (forall(w's modes, A = w(...))) where (... w(...) += body))``:
+        the consumer walks the workspace in the result's storage order (its modes' order)."""
+        outer = tuple(v for v in self.order if v in lhs.indices and v not in w.indices)
+        consumer: Stmt = Assign(lhs, w, False)
+        for v in reversed(w.indices):
+            consumer = Forall(v, consumer)
+        producer = self.build(outer, w, body, True, frozenset())
         stmt: Stmt = Where(consumer, producer)
         for v in reversed(outer):
             stmt = Forall(v, stmt)

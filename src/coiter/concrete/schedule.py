@@ -454,7 +454,7 @@ def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why
                                 f"{decl.name} ({decl.format}) concurrently; only the rows of a "
                                 "CSR-like result can be assembled in parallel")
     for r in races(prov, loop, decls):
-        if r.role == "workspace" and rows:
+        if r.role == "workspace" and rows and decls[r.access.tensor].policy is None:
             continue
         if r.role == "workspace":
             raise ScheduleError(f"{why}: the workspace {r.access.tensor} is shared by all iterations")

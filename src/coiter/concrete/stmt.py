@@ -126,6 +126,8 @@ class TensorDecl:
     # shares those levels' arrays instead of assembling them
     pattern_of: str | None = None
     pattern_levels: int = 0
+    # sparse workspaces only: the insert-sort-merge policy (coiter.formats.workspaces)
+    policy: str | None = None
 
     @property
     def order(self) -> int:

@@ -1,6 +1,6 @@
 """Formats: level plugins, Format, layouts, storage, conversion and file I/O."""
 from .format import (
-    Format, FormatLike, as_format, bcoo, bcsr, coo, coo_aos, csb, csc, csf, csr, dcsc, dcsr, dense,
+    Format, FormatLike, as_format, bcoo, bcsr, coo, coo_aos, csb, csc, csf, csr, csr_unordered, dcsc, dcsr, dense,
     dia, ell, hash_matrix, hash_vector, parse_format, sparse_vector,
 )
 from .layout import Layout, LevelCoord
@@ -10,7 +10,7 @@ from .levels import (
 )
 
 __all__ = [
-    "Format", "FormatLike", "as_format", "parse_format", "coo", "csf", "csr", "csc", "dcsr",
+    "Format", "FormatLike", "as_format", "parse_format", "coo", "csf", "csr", "csr_unordered", "csc", "dcsr",
     "dcsc", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector", "hash_matrix",
     "sparse_vector", "coo_aos", "Layout", "LevelCoord", "Level", "LevelNames", "ParentPos",
     "Packed", "Dense", "Compressed", "Singleton", "Hashed", "Range", "Offset", "PaddedSingleton",

@@ -177,6 +177,9 @@ def csf(order: int = 3, ordering: Sequence[int] | None = None) -> Format:
 
 
 csr = Format([Dense(), Compressed()])
+# CSR whose rows may hold their columns in any order (as scipy's SpGEMM leaves them):
+# results in it skip sorting
+csr_unordered = Format([Dense(), Compressed(ordered=False)])
 csc = Format([Dense(), Compressed()], (1, 0))
 dcsr = Format([Compressed(), Compressed()])
 dcsc = Format([Compressed(), Compressed()], (1, 0))
@@ -251,7 +254,7 @@ def coo_aos(order: int = 2) -> Format:
 # Format names accepted wherever a format is (``formats={"A": "dia"}``), built for the order.
 NAMED: dict[str, Callable[[int], Format]] = {
     "dense": dense, "coo": coo, "coo_aos": coo_aos, "csf": csf,
-    "csr": lambda order: csr, "csc": lambda order: csc, "dcsr": lambda order: dcsr,
+    "csr": lambda order: csr, "csr_unordered": lambda order: csr_unordered, "csc": lambda order: csc, "dcsr": lambda order: dcsr,
     "dcsc": lambda order: dcsc, "dia": lambda order: dia(), "ell": lambda order: ell(),
     "hash_vector": lambda order: hash_vector(), "hash_matrix": lambda order: hash_matrix(),
     "sparse_vector": lambda order: sparse_vector(),

@@ -43,6 +43,8 @@ def row_region(prog: ConcreteProgram) -> Forall | None:
         return None
     if any(r.role not in ("result", "workspace") for r in races(prov, f, prog.tensors)):
         return None
+    if any(d.policy is not None for d in prog.tensors.values()):
+        return None  # sparse workspaces are serial
     for s in walk_stmts(f.body):
         for a in [s.lhs, *accesses(s.rhs)] if isinstance(s, Assign) else []:
             decl = prog.tensors[a.tensor]

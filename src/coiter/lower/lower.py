@@ -39,6 +39,7 @@ from ..notation.ast import (
 )
 from .assembly import ParallelAssembly
 from .growth import drop_unread_zero_fill
+from .ism import SparseWorkspaces
 from .derived import DerivedLoops
 from .types import c_index_type, c_value_type
 
@@ -103,6 +104,7 @@ class KernelIR:
     result: str
     result_allocated: bool  # True: the kernel mallocs result arrays and returns them via out/out_len
     out_arrays: tuple[tuple[int, str], ...]  # (level, array) in out-slot order; (-1, "vals") last
+    support: tuple[str, ...] = ()  # C definitions the function needs besides the preamble
 
 
 # ------------------------------------------------------------------ scope
@@ -300,7 +302,7 @@ def _stmt_accesses(s: Stmt) -> list[Access]:
 # ------------------------------------------------------------------ the lowerer
 
 
-class Lowerer(DerivedLoops, ParallelAssembly):
+class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
     """Builds one kernel function from a concrete program (single use)."""
 
     def __init__(
@@ -320,7 +322,9 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         self.cn: dict[str, str] = {}
         for t in self.decls:
             self.cn[t] = self._unique(sanitize(t))
-        self.itype = {t: c_index_type(index_types.get(t, np.dtype(np.int64))) for t in self.decls}
+        # a sparse workspace's coordinates are decoded from 64-bit keys
+        self.itype = {t: c_index_type(index_types.get(t, np.dtype(np.int64)) if d.policy is None
+                                      else np.dtype(np.int64)) for t, d in self.decls.items()}
         self.vtype = {t: c_value_type(d.dtype) for t, d in self.decls.items()}
         self.vn: dict[IndexVar, str] = {}
         self.extent: dict[IndexVar, IRExpr] = {}
@@ -340,6 +344,8 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         self.temp_frees: list[IRStmt] = []
         # appended result arrays whose entries are all assigned (no zero fill when grown)
         self.append_written: set[str] = set()
+        # C support code the kernel needs besides the preamble (sparse workspaces), in order
+        self.support: dict[str, None] = {}
         self.parallel_depth = 0  # CPUThread loops enclosing the statement being lowered
         self.result = prog.result
         rdecl = self.decls[self.result]
@@ -500,6 +506,9 @@ class Lowerer(DerivedLoops, ParallelAssembly):
                 arrays.append((name, size))
         workspaces = [n for n in defined if self.decls[n].role == "workspace"]
         out += self.lower(w.producer, scope)
+        for name in workspaces:
+            if self.decls[name].policy is not None:
+                out += self.ism_finish(name)
         out += self.lower(w.consumer, scope)
         for name in workspaces:
             out += self._workspace_reset(name)
@@ -568,6 +577,9 @@ class Lowerer(DerivedLoops, ParallelAssembly):
             return out + [self._write(lhs, IRAssign(Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope), op))]
         if decl.role == "result" and self.mode == "assemble":
             return []
+        if decl.policy is not None:
+            coords = [scope.coords[v] for v in lhs.indices]
+            return out + self.ism_insert(lhs.tensor, coords, self.expr(s.rhs, scope))
         if decl.order == 0:
             pos: IRExpr = Const(0)
         elif decl.role == "result" and self.shared is not None and self.shared_levels == decl.order:
@@ -751,7 +763,9 @@ class Lowerer(DerivedLoops, ParallelAssembly):
                 begin, end = self._window_bounds(it, begin, end, scope, out)
             bounds[it] = (begin, end)
             out += level.iter_init(names)
-            if self._needs_order(it, lattice, bool(bottoms)):
+            # appending to an unordered result level takes coordinates in any order
+            ordered = any(self.fmt(self.result).levels[g.head].ordered for _, g in bottoms)
+            if self._needs_order(it, lattice, ordered):
                 out += self._scratch(it, *bounds[it], scope)
                 view = self.views[it]
                 bounds[it] = (Const(0), Var(view.count))
@@ -1261,6 +1275,8 @@ class Lowerer(DerivedLoops, ParallelAssembly):
         return [If(Bin(">=", Var(g.counter), Var(g.cap)), block(grow))]
 
     def _workspace_reset(self, name: str) -> list[IRStmt]:
+        if self.decls[name].policy is not None:
+            return self.ism_reset(name)
         names = LevelNames(self.cn[name], 1)
         q = self._unique(f"q{self.cn[name]}")
         crd = Load(names.array("list"), Var(q))
@@ -1345,7 +1361,7 @@ class Lowerer(DerivedLoops, ParallelAssembly):
                       drop_unread_zero_fill(block(prologue, body, epilogue, Return(Const(0))),
                                             self.append_written))
         return KernelIR(fn, tuple(params), self.mode, self.result, self.result_allocated,
-                        tuple(out_arrays))
+                        tuple(out_arrays), tuple(self.support))
 
     def _bound_checks(self) -> list[IRStmt]:
         """Return BOUND_ERROR unless the extents meet the schedule's bound() promises."""
@@ -1360,13 +1376,17 @@ class Lowerer(DerivedLoops, ParallelAssembly):
     def _workspace_frees(self) -> list[IRStmt]:
         out: list[IRStmt] = []
         for name, decl in self.decls.items():
-            if decl.role == "workspace":
+            if decl.role == "workspace" and decl.policy is not None:
+                out += self.ism_free(name)
+            elif decl.role == "workspace":
                 names = LevelNames(self.cn[name], 1)
                 for arr in (self.vals(name), names.array("set"), names.array("list")):
                     out.append(ExprStmt(Call("free", (Var(arr),))))
         return out
 
     def _workspace_alloc(self, name: str, decl: TensorDecl) -> list[IRStmt]:
+        if decl.policy is not None:
+            return self.ism_alloc(name, decl)
         names = LevelNames(self.cn[name], 1)
         n = self.extent[decl.modes[0]]
         out: list[IRStmt] = []

@@ -86,7 +86,8 @@ typedef struct {
   int nfixed;
   int64_t* fixed;          /* (word, value) pairs: extents the variant has as constants, or
                               (value -1) extents it does not, which must then be 0 or above
-                              special_limit (another variant takes those) */
+                              special_limit (another variant takes those), or (value <= -2)
+                              extents of at most -2 - value (a dense workspace's limit) */
   int64_t special_limit;
   int* rshape;             /* word holding each result mode's extent */
   int* rlevel_mode;        /* mode of each result storage level */
@@ -410,7 +411,9 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
     if (w[p->checks[2 * k]] != w[p->checks[2 * k + 1]]) goto not_implemented;
   for (int k = 0; k < p->nfixed; k++) {  /* another extent: another variant */
     int64_t extent = w[p->fixed[2 * k]], value = p->fixed[2 * k + 1];
-    if (value >= 0 ? extent != value : (extent > 0 && extent <= p->special_limit)) goto not_implemented;
+    if (value >= 0 ? extent != value
+        : value == -1 ? (extent > 0 && extent <= p->special_limit) : extent > -2 - value)
+      goto not_implemented;
   }
   for (int m = 0; m < p->rorder; m++) rshape[m] = w[p->rshape[m]];
   for (int k = 0; k < p->rlevels; k++) {

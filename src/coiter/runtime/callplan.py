@@ -53,6 +53,9 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
     prog, ir = var.prog, var.ir
     if prog.result_conversion is not None:
         return None
+    limit = core.row_workspace_limit(prog)
+    if core.chooses_workspace(prog) and limit is None:
+        return None  # the Python path chooses the workspace for each call
     decls = prog.tensors
     if any(d.converted_from is not None for d in decls.values()):
         return None
@@ -112,6 +115,9 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         mode = core.formats[name].ordering[k]
         word = rshape[mode] if name == core.result else offsets[name][0] + mode
         fixed += [word, extents.get((name, k), -1)]
+    if limit is not None:  # a larger row workspace is another choice: the Python path's
+        mode, most = limit
+        fixed += [rshape[mode], -2 - most]
     itype = var.itypes[core.result]
     out_types = [np.dtype(rdecl.dtype) if k < 0 else np.dtype(itype) for k, _ in ir.out_arrays]
     # (operand, word of its positions in the last shared level, shared levels)

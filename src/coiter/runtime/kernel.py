@@ -25,10 +25,13 @@ from ..concrete.stmt import ConcreteProgram
 from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
+from ..lower.ism import WORKSPACE_KEY_ERROR
 from ..lower.lower import BOUND_ERROR, KernelIR, ParamSpec, lower
 from ..notation.ast import Assignment, Div, IndexVar, Literal, accesses, walk
 from ..notation.reductions import insert_reductions
+from ..formats.workspaces import DENSE, policy_names
 from .autotune import AutoTuner
+from .workspace_choice import AUTO, ROW_OVERHEAD, check_dense, choose, memory_cap, workspace_decl
 from .compiler import load_library
 from .cuda import load_cuda_library
 
@@ -49,6 +52,8 @@ _ERRORS = {
     1: "out of memory while assembling the result",
     OVERFLOW: "result index overflow",
     BOUND_ERROR: "the operands' sizes break a bound() promise of the schedule",
+    WORKSPACE_KEY_ERROR: "the sparse workspace's coordinates need more than 63 bits (the product "
+                         "of its modes' extents is too large)",
     cuda.CUDA_ERROR: "a CUDA runtime call failed (the message is on stderr)",
 }
 
@@ -119,8 +124,17 @@ class StorageKernel:
         schedule: tuple[Command, ...] | str = (),
         target: str = "c",
         fast_math: bool = False,
+        workspace: str = AUTO,
+        workspace_memory: int | None = None,
     ) -> None:
+        if workspace not in (AUTO, *policy_names()):
+            raise FormatError(f"unknown workspace {workspace!r}: choose one of "
+                              f"{', '.join((AUTO, *policy_names()))}")
         self.assignment = assignment
+        # the workspace of a scattered result: "auto" (chosen per call), "dense" or a
+        # sparse policy; dense ones never take more than workspace_memory bytes
+        self.workspace = workspace
+        self.workspace_memory = workspace_memory
         self.target = target  # "c" or "cuda": the back end of every variant
         self.fast_math = fast_math  # C sums may be reassociated (compiler flags)
         # "auto": searched per operand size class by the autotuner, else fixed commands
@@ -176,11 +190,13 @@ class StorageKernel:
         return np.dtype(rt)
 
     def program(self, dtypes: Mapping[str, np.dtype], commands: tuple[Command, ...] | None = None,
-                fixed: Fixed = ()) -> ConcreteProgram:
+                fixed: Fixed = (), workspace: str | None = None) -> ConcreteProgram:
         """The concrete program for operand value types ``dtypes`` (scheduled), with the
-        levels in ``fixed`` specialised on their extent."""
+        levels in ``fixed`` specialised on their extent and ``workspace`` (by default the
+        kernel's) taking scattered results."""
         commands = self.schedule if commands is None else commands
-        key = (frozenset(dtypes.items()), commands, fixed)
+        workspace = workspace or self.workspace
+        key = (frozenset(dtypes.items()), commands, fixed, workspace)
         prog = self._programs.get(key)
         if prog is None:
             rt = self.result_dtype(dtypes)
@@ -191,11 +207,37 @@ class StorageKernel:
                 levels = list(fmt.levels)
                 levels[k] = levels[k].with_extent(extent)
                 formats[name] = Format(levels, fmt.ordering, fmt.layout)
-            prog = concretize(insert_reductions(self.assignment), formats, all_dtypes, rt)
+            prog = concretize(insert_reductions(self.assignment), formats, all_dtypes, rt, workspace)
             for command in commands:
                 prog = apply_command(prog, command)
             self._programs[key] = prog
         return prog
+
+    def workspace_for(self, prog: ConcreteProgram, storages: Mapping[str, Storage],
+                      dims: Mapping[IndexVar, int], rshape: tuple[int, ...]) -> str:
+        """The workspace a call on ``storages`` uses (``prog`` is the kernel's default
+        program): the kernel's choice, or with "auto" the one
+        :func:`~coiter.runtime.workspace_choice.choose` makes from the call's sizes."""
+        cap = memory_cap(self.workspace_memory)
+        if self.workspace == DENSE:
+            check_dense(prog, dims, rshape, cap)
+        if self.workspace != AUTO:
+            return self.workspace
+        return choose(prog, storages, dims, rshape, cap)
+
+    def row_workspace_limit(self, prog: ConcreteProgram) -> tuple[int, int] | None:
+        """For a variant with a dense row workspace that calls choose (or check) per call:
+        the result mode it spans and the largest extent the memory cap allows it."""
+        decl = workspace_decl(prog)
+        if decl is None or decl.policy is not None or self.workspace not in (AUTO, DENSE):
+            return None
+        mode = self.assignment.lhs.indices.index(decl.modes[0])
+        return mode, memory_cap(self.workspace_memory) // (np.dtype(decl.dtype).itemsize + ROW_OVERHEAD)
+
+    def chooses_workspace(self, prog: ConcreteProgram) -> bool:
+        """Whether calls choose ``prog``'s workspace from their operands (so no call plan
+        may fix one)."""
+        return self.workspace in (AUTO, DENSE) and workspace_decl(prog) is not None
 
     def variant(self, prog: ConcreteProgram, itypes: Mapping[str, np.dtype], mode: str,
                 fixed: Fixed = ()) -> Variant:
@@ -212,7 +254,7 @@ class StorageKernel:
                 source = cuda.module(ir, formats, index_max)
                 lib = load_cuda_library(source)
             else:
-                source = module([ir.function], index_max)
+                source = module([ir.function], index_max, ir.support)
                 lib = load_library(source, fast_math=self.fast_math)
             packed = getattr(lib, f"{ir.function.name}_packed")
             packed.argtypes = [ctypes.c_void_p]
@@ -282,17 +324,20 @@ class StorageKernel:
                 self.program(dtypes, ()), storages,
                 lambda c: self.run(storages, mode, pattern, result_shape, threads, commands=c)[0],
                 lambda: StorageKernel(self.assignment, self.formats, self.dtype, self.aliases,
-                                      fast_math=self.fast_math).run(
+                                      fast_math=self.fast_math, workspace=self.workspace,
+                                      workspace_memory=self.workspace_memory).run(
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.assignment.lhs.indices)
         prog = self.program(dtypes, commands)
+        workspace = self.workspace_for(prog, storages, dims, rshape)
+        prog = self.program(dtypes, commands, workspace=workspace)
         # no specialising when concretize re-stores an operand in another mode order: its
         # levels (and a fixed extent) would move to other modes
         fixed = ()
         if mode == "fused" and not any(d.converted_from for d in prog.tensors.values()):
             fixed = self.fixed_extents({**{n: s.shape for n, s in storages.items()}, self.result: rshape})
-            prog = self.program(dtypes, commands, fixed)
+            prog = self.program(dtypes, commands, fixed, workspace)
         rdecl = prog.tensors[self.result]
         if mode != "fused" and prog.commands and rdecl.pattern_of is not None:
             raise FormatError(f"{mode}: the scheduled kernel writes {self.result} in place over "

@@ -30,6 +30,7 @@ def level_for_letter(letter: str) -> Level | None:
 register_level("d", Dense)
 register_level("s", Compressed)
 register_level("u", lambda: Compressed(unique=False))
+register_level("n", lambda: Compressed(ordered=False))
 register_level("q", Singleton)
 register_level("c", lambda: Singleton(unique=False))
 register_level("p", PaddedSingleton)

@@ -22,6 +22,8 @@ class Compressed(Level):
     parent_arrays: ClassVar[tuple[str, ...]] = ("pos",)
 
     def format_letter(self) -> str:
+        if not self.ordered and self.unique:
+            return "n"
         return "s" if self.unique else "u"
 
     # -- iteration

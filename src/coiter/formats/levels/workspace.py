@@ -44,6 +44,8 @@ class WorkspaceList(Level):
         return coord
 
     def iter_init(self, names: LevelNames) -> list[IRStmt]:
+        if not self.ordered:  # the result takes its coordinates in any order
+            return []
         args = (Var(names.array("list")), self.count(names), Var(names.array("set")), names.dimension)
         return [ExprStmt(Call("coiter_sort_index", args))]
 

@@ -1,0 +1,94 @@
+"""Choosing a kernel's workspace per call: dense or a sparse policy, under a memory cap.
+
+Concretize knows the loops and formats, so it knows whether a result is scattered and how
+many modes the workspace needs; only the call knows the extents and the operands' stored
+values. With ``workspace="auto"`` the kernel asks :func:`choose` before each call:
+
+- a dense workspace (a row workspace, or a dense result converted afterwards) is never
+  allocated when it needs more than the memory cap (:func:`memory_cap`);
+- otherwise dense is taken when the dense cells are at most ``DENSE_PER_VALUE`` per stored
+  operand value (when many products land on few coordinates, as in the paper, dense wins
+  by locality), and the ``SPARSE`` policy when they are more.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Mapping
+
+import numpy as np
+
+from ..concrete.stmt import ConcreteProgram, TensorDecl
+from ..errors import FormatError
+from ..formats.storage import Storage
+from ..formats.workspaces import DENSE
+from ..notation.ast import IndexVar
+
+AUTO = "auto"
+SPARSE = "hash"
+DENSE_PER_VALUE = 16
+# bytes per dense row workspace entry besides the value: a flag and a list entry
+ROW_OVERHEAD = 9
+
+
+def memory_cap(override: int | None = None) -> int:
+    """Bytes a dense workspace may take: ``override``, else ``COITER_WORKSPACE_MEMORY``
+    (bytes, or with a K/M/G suffix), else a quarter of the machine's memory."""
+    if override is not None:
+        return int(override)
+    text = os.environ.get("COITER_WORKSPACE_MEMORY", "").strip()
+    if text:
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
+        digits = text[:-1] if scale > 1 else text
+        try:
+            return int(float(digits) * scale)
+        except ValueError:
+            raise FormatError(f"COITER_WORKSPACE_MEMORY must be a byte count such as 512M, got {text!r}") from None
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+
+
+def workspace_decl(prog: ConcreteProgram) -> TensorDecl | None:
+    return next((d for d in prog.tensors.values() if d.role == "workspace"), None)
+
+
+def dense_bytes(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...]) -> int:
+    """Bytes of the dense workspace ``prog``'s workspace stands for: the row workspace, or
+    the whole result computed densely."""
+    decl = workspace_decl(prog)
+    assert decl is not None
+    vbytes = np.dtype(decl.dtype).itemsize
+    if decl.order == 1:
+        return dims[decl.modes[0]] * (vbytes + ROW_OVERHEAD)
+    return math.prod(rshape) * vbytes
+
+
+def choose(prog: ConcreteProgram, storages: Mapping[str, Storage], dims: Mapping[IndexVar, int],
+           rshape: tuple[int, ...], cap: int) -> str:
+    """The workspace for a call of ``prog`` (concretized with ``"auto"``): ``"dense"`` or
+    a sparse policy; AUTO when ``prog`` has no workspace."""
+    decl = workspace_decl(prog)
+    if decl is None:
+        return AUTO
+    cells = dense_bytes(prog, dims, rshape)
+    if cells > cap:
+        return SPARSE
+    if decl.policy is None:  # concretize took the row workspace
+        return DENSE
+    stored = sum(int(s.vals.shape[0]) for s in storages.values())
+    vbytes = np.dtype(decl.dtype).itemsize
+    return DENSE if cells // vbytes <= DENSE_PER_VALUE * max(stored, 1) else SPARSE
+
+
+def check_dense(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...],
+                cap: int) -> None:
+    """FormatError when ``prog`` was asked for a dense workspace larger than ``cap``."""
+    decl = workspace_decl(prog)
+    dense = prog.result_conversion is not None and decl is None and \
+        prog.tensors[prog.result].format.is_dense
+    if decl is not None and decl.policy is None or dense:
+        need = dense_bytes(prog, dims, rshape) if decl is not None else \
+            math.prod(rshape) * np.dtype(prog.tensors[prog.result].dtype).itemsize
+        if need > cap:
+            raise FormatError(f"the dense workspace of {prog.result} needs {need} bytes, more than the "
+                              f"workspace memory cap of {cap} bytes; use a sparse workspace "
+                              "(workspace='hash', 'coord' or 'bucket') or raise the cap")

@@ -1,0 +1,250 @@
+"""Sparse workspaces (insert-sort-merge) and the workspace choice, checked against NumPy.
+
+The paper's kernels (row-wise and outer-product SpGEMM, SpTTM, SpTTM-I, SpMTTKRP with a
+sparse result) run with every workspace policy and several result formats; the automatic
+pass is checked on the paper's taxonomy through ``Kernel.concrete``; random expressions
+run with every policy; a dense workspace is never allocated above the memory cap.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import strategies as st
+
+import coiter
+from coiter.concrete.stmt import Where, walk_stmts
+from coiter.errors import FormatError, KernelError
+from coiter.formats.workspaces import policy_names
+from test_random_expressions import problems, reference
+
+POLICIES = ("coord", "bucket", "hash", "dense", "auto")
+RESULTS_2 = ("csr", "csr_unordered", "dcsr", "coo", "csc")
+RESULTS_3 = ("csf", "coo", "dsd")
+
+# (expression, einsum, operand shapes and formats, result order)
+KERNELS = {
+    "row-wise SpGEMM": ("A(i,j) = B(i,k) * C(k,j)", "ik,kj->ij",
+                        {"B": ((30, 20), "csr"), "C": ((20, 25), "csr")}),
+    "outer-product SpGEMM": ("A(i,j) = B(i,k) * C(k,j)", "ik,kj->ij",
+                             {"B": ((30, 20), "csc"), "C": ((20, 25), "csr")}),
+    "SpTTM": ("A(i,j,l) = B(k,i,j) * C(k,l)", "kij,kl->ijl",
+              {"B": ((8, 9, 10), "csf"), "C": ((8, 7), "csr")}),
+    "SpTTM-I": ("A(k,j,l) = B(k,i,j) * C(i,l)", "kij,il->kjl",
+                {"B": ((8, 9, 10), "csf"), "C": ((9, 7), "csr")}),
+    "SpMTTKRP": ("A(i,j) = B(k,l,i) * C(k,j) * D(l,j)", "kli,kj,lj->ij",
+                 {"B": ((8, 9, 10), "csf"), "C": ((8, 6), "csr"), "D": ((9, 6), "csr")}),
+}
+
+
+def _operands(rng: np.random.Generator, spec: dict, density: float = 0.3) -> dict[str, np.ndarray]:
+    out = {}
+    for name, (shape, _) in spec.items():
+        a = rng.integers(-3, 4, size=shape).astype(np.float64)
+        a[rng.random(shape) >= density] = 0.0
+        out[name] = a
+    return out
+
+
+def _run(expr: str, spec: dict, arrays: dict, result: str, workspace: str, **kw) -> tuple:
+    formats = {n: f for n, (_, f) in spec.items()}
+    formats["A"] = result
+    k = coiter.compile(expr, formats=formats, workspace=workspace, **kw)
+    got = k(**{n: coiter.Tensor.from_numpy(a, format=formats[n]) for n, a in arrays.items()})
+    return k, got
+
+
+def _workspaces(k: coiter.Kernel) -> list:
+    return [d for d in k.concrete.tensors.values() if d.role == "workspace"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_paper_kernels_with_every_policy_and_result_format(kernel: str, policy: str) -> None:
+    expr, subscripts, spec = KERNELS[kernel]
+    rng = np.random.default_rng(7)
+    arrays = _operands(rng, spec)
+    expected = np.einsum(subscripts, *arrays.values())
+    for result in RESULTS_2 if expected.ndim == 2 else RESULTS_3:
+        _, got = _run(expr, spec, arrays, result, policy)
+        assert got.format.to_string() == coiter.formats.as_format(result, expected.ndim).to_string()
+        np.testing.assert_array_equal(got.to_numpy(), expected)
+
+
+@pytest.mark.parametrize("policy", ["coord", "bucket", "hash"])
+def test_sparse_policy_is_the_workspace_the_kernel_runs(policy: str) -> None:
+    """A hand-given sparse policy is what the concrete program holds, at the order the
+    loops need, and the generated C inserts through it."""
+    expr, _, spec = KERNELS["outer-product SpGEMM"]
+    k = coiter.compile(expr, formats={"A": "csr", **{n: f for n, (_, f) in spec.items()}},
+                       workspace=policy)
+    (ws,) = _workspaces(k)
+    assert (ws.order, ws.policy) == (2, policy)
+    assert f"coiter_ws_{policy}_insert_double(" in k.source
+
+
+def test_many_flushes_and_merges() -> None:
+    """Products far outnumber the stored values (which size the first accumulation
+    array), so every policy flushes and merges many times."""
+    rng = np.random.default_rng(3)
+    spec = {"B": ((300, 12), "csc"), "C": ((12, 300), "csr")}
+    arrays = _operands(rng, spec, density=0.6)
+    expected = arrays["B"] @ arrays["C"]
+    for policy in ("coord", "bucket", "hash"):
+        _, got = _run("A(i,j) = B(i,k) * C(k,j)", spec, arrays, "csr", policy)
+        np.testing.assert_array_equal(got.to_numpy(), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32, np.complex128, np.bool_])
+def test_sparse_workspace_value_types(dtype) -> None:
+    rng = np.random.default_rng(5)
+    spec = {"B": ((20, 15), "csc"), "C": ((15, 18), "csr")}
+    arrays = {n: a.astype(dtype) for n, a in _operands(rng, spec).items()}
+    if dtype == np.complex128:
+        arrays = {n: a * (1 - 2j) for n, a in arrays.items()}
+    expected = np.einsum("ik,kj->ij", arrays["B"], arrays["C"])
+    for policy in ("coord", "bucket", "hash"):
+        _, got = _run("A(i,j) = B(i,k) * C(k,j)", spec, arrays, "csr", policy)
+        out = got.to_numpy()
+        assert out.dtype == expected.dtype
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_unordered_result_skips_sorting_and_holds_the_product() -> None:
+    rng = np.random.default_rng(11)
+    B = sp.random(60, 50, density=0.15, format="csr", random_state=rng)
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr_unordered", "B": "csr", "C": "csr"})
+    assert "coiter_sort_index(" not in k.source.split("int coiter_fused(")[1]
+    got = k(B=B, C=B.T.tocsr()).to_scipy()
+    assert not got.has_sorted_indices
+    np.testing.assert_allclose(got.toarray(), (B @ B.T).toarray(), rtol=1e-12, atol=1e-12)
+    assert coiter.parse_format("dn") == coiter.csr_unordered
+
+
+# -- the automatic pass on the paper's taxonomy (Fig. 5) --------------------------------------
+
+def test_taxonomy_appending_needs_no_workspace() -> None:
+    k = coiter.compile("A(i,j) = B(i,j) * C(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
+    assert _workspaces(k) == [] and k.concrete.result_conversion is None
+
+
+def test_taxonomy_dense_scattering_takes_a_row_workspace() -> None:
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
+    (ws,) = _workspaces(k)
+    assert ws.order == 1 and ws.policy is None and ws.modes[0].name == "j"
+
+
+@pytest.mark.parametrize("kernel,order", [("outer-product SpGEMM", 2), ("SpTTM", 3), ("SpTTM-I", 2),
+                                          ("SpMTTKRP", 2)])
+def test_taxonomy_sparse_scattering_takes_a_sparse_workspace(kernel: str, order: int) -> None:
+    expr, _, spec = KERNELS[kernel]
+    result = "csr" if order == 2 and kernel != "SpTTM-I" else "csf"
+    k = coiter.compile(expr, formats={"A": result, **{n: f for n, (_, f) in spec.items()}})
+    (ws,) = _workspaces(k)
+    assert ws.order == order and ws.policy == "hash"
+    assert isinstance(k.concrete.stmt, Where) or any(isinstance(s, Where) for s in walk_stmts(k.concrete.stmt))
+
+
+def test_taxonomy_transposition_converts_the_operand() -> None:
+    """An operand read against its storage order is re-stored (a conversion the kernel
+    appends from), so the result needs no workspace."""
+    k = coiter.compile("A(i,j) = B(j,i)", formats={"A": "csr", "B": "csr"})
+    assert _workspaces(k) == []
+    assert any(d.converted_from == "B" for d in k.concrete.tensors.values())
+
+
+# -- random expressions with every policy ------------------------------------------------------
+
+@given(problems(), st.sampled_from(policy_names() + ("auto",)))
+def test_random_expressions_with_every_workspace(problem, policy: str) -> None:
+    text, data, out_fmt, dims = problem
+    formats = {n: f or None for n, (_, f) in data.items()}
+    lhs = coiter.parse(text).lhs
+    k = coiter.compile(text, formats={**formats, lhs.tensor: out_fmt or None}, workspace=policy)
+    operands = {n: coiter.Tensor.from_numpy(a, format=formats[n]) for n, (a, _) in data.items()}
+    shape = tuple(dims[v.name] for v in lhs.indices)
+    got = k.run(operands, shape).to_numpy()
+    np.testing.assert_allclose(got, reference(text, data, dims), rtol=1e-9, atol=1e-9)
+
+
+# -- the memory cap ------------------------------------------------------------------------------
+
+def _huge_outer_product() -> tuple[sp.csc_matrix, sp.csr_matrix]:
+    """An outer product whose dense result would need 8 TB (10^6 x 10^6 doubles), like the
+    paper's marine1 x marine1^T, with a few thousand products."""
+    rng = np.random.default_rng(2)
+    n, k = 1_000_000, 50
+    B = sp.random(n, k, density=40 / n, format="csc", random_state=rng)
+    C = sp.random(k, n, density=40 / n, format="csr", random_state=rng)
+    return B, C
+
+
+def test_dense_workspace_above_the_cap_computes_through_a_sparse_one() -> None:
+    B, C = _huge_outer_product()
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csc", "C": "csr"})
+    got = k(B=B, C=C).to_scipy()
+    assert abs(got - B @ C).max() < 1e-12
+    assert got.nnz == (B @ C).nnz
+
+
+def test_small_cap_turns_a_dense_choice_sparse() -> None:
+    rng = np.random.default_rng(4)
+    spec = {"B": ((40, 10), "csc"), "C": ((10, 40), "csr")}
+    arrays = _operands(rng, spec, density=0.8)
+    expected = arrays["B"] @ arrays["C"]
+    core = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csc", "C": "csr"}).core
+    storages = {n: coiter.Tensor.from_numpy(a, format=spec[n][1]).storage for n, a in arrays.items()}
+    prog = core.program({"B": np.dtype(np.float64), "C": np.dtype(np.float64)})
+    dims = core.dims({n: s.shape for n, s in storages.items()})
+    assert core.workspace_for(prog, storages, dims, (40, 40)) == "dense"  # 12.8 KB, many products
+    _, got = _run("A(i,j) = B(i,k) * C(k,j)", spec, arrays, "csr", "auto", workspace_memory=1000)
+    np.testing.assert_array_equal(got.to_numpy(), expected)
+    small = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csc", "C": "csr"},
+                           workspace_memory=1000).core
+    assert small.workspace_for(prog, storages, dims, (40, 40)) == "hash"
+
+
+def test_row_workspace_above_the_cap_is_sparse() -> None:
+    """Row-wise SpGEMM's dense row workspace (one entry per column) is replaced by a hash
+    workspace when it would take more than the cap."""
+    rng = np.random.default_rng(6)
+    B = sp.random(30, 40, density=0.2, format="csr", random_state=rng)
+    C = sp.random(40, 5000, density=0.01, format="csr", random_state=rng)
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       workspace_memory=10_000)
+    assert abs(k(B=B, C=C).to_scipy() - B @ C).max() < 1e-12
+    assert k.core.variants()[-1].prog.tensors["w0"].policy == "hash"
+
+
+def test_dense_workspace_asked_above_the_cap_is_refused() -> None:
+    B, C = _huge_outer_product()
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csc", "C": "csr"},
+                       workspace="dense")
+    with pytest.raises(FormatError, match="workspace memory cap"):
+        k(B=B, C=C)
+
+
+def test_memory_cap_from_the_environment(monkeypatch) -> None:
+    from coiter.runtime.workspace_choice import memory_cap
+
+    monkeypatch.setenv("COITER_WORKSPACE_MEMORY", "2M")
+    assert memory_cap() == 2 << 20
+    assert memory_cap(5) == 5
+    monkeypatch.setenv("COITER_WORKSPACE_MEMORY", "lots")
+    with pytest.raises(FormatError, match="COITER_WORKSPACE_MEMORY"):
+        memory_cap()
+
+
+def test_workspace_keys_wider_than_63_bits_are_an_error() -> None:
+    n = 1 << 22
+    B = coiter.Tensor.from_coo(np.array([[0], [1], [2]]), np.array([1.0]), (3, n, n), format="csf")
+    C = coiter.Tensor.from_coo(np.array([[0], [3]]), np.array([2.0]), (3, n), format="csr")
+    k = coiter.compile("A(i,j,l) = B(k,i,j) * C(k,l)", formats={"A": "csf", "B": "csf", "C": "csr"})
+    with pytest.raises(KernelError, match="63 bits"):
+        k(B=B, C=C)
+
+
+def test_unknown_workspace_is_named() -> None:
+    with pytest.raises(FormatError, match="unknown workspace 'heap'"):
+        coiter.compile("A(i,j) = B(i,k) * C(k,j)", workspace="heap")
