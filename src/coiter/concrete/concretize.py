@@ -49,7 +49,7 @@ from .stmt import Assign, ConcreteProgram, Env, Forall, Stmt, TensorDecl, Where,
 Derived = Mapping[IndexVar, tuple[IndexVar, ...]]
 AUTO = "auto"
 # the sparse workspace "auto" takes where a dense one would need more than one mode
-DEFAULT_POLICY = "hash"
+DEFAULT_POLICY = "bucket"
 
 
 def _loop_vars(vs, derived: Derived) -> list[IndexVar]:

@@ -54,8 +54,6 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
     if prog.result_conversion is not None:
         return None
     limit = core.row_workspace_limit(prog)
-    if core.chooses_workspace(prog) and limit is None:
-        return None  # the Python path chooses the workspace for each call
     decls = prog.tensors
     if any(d.converted_from is not None for d in decls.values()):
         return None

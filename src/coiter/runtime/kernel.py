@@ -213,17 +213,17 @@ class StorageKernel:
             self._programs[key] = prog
         return prog
 
-    def workspace_for(self, prog: ConcreteProgram, storages: Mapping[str, Storage],
-                      dims: Mapping[IndexVar, int], rshape: tuple[int, ...]) -> str:
-        """The workspace a call on ``storages`` uses (``prog`` is the kernel's default
-        program): the kernel's choice, or with "auto" the one
+    def workspace_for(self, prog: ConcreteProgram, dims: Mapping[IndexVar, int],
+                      rshape: tuple[int, ...]) -> str:
+        """The workspace a call with extents ``dims`` uses (``prog`` is the kernel's
+        default program): the kernel's choice, or with "auto" the one
         :func:`~coiter.runtime.workspace_choice.choose` makes from the call's sizes."""
         cap = memory_cap(self.workspace_memory)
         if self.workspace == DENSE:
             check_dense(prog, dims, rshape, cap)
         if self.workspace != AUTO:
             return self.workspace
-        return choose(prog, storages, dims, rshape, cap)
+        return choose(prog, dims, rshape, cap)
 
     def row_workspace_limit(self, prog: ConcreteProgram) -> tuple[int, int] | None:
         """For a variant with a dense row workspace that calls choose (or check) per call:
@@ -233,11 +233,6 @@ class StorageKernel:
             return None
         mode = self.assignment.lhs.indices.index(decl.modes[0])
         return mode, memory_cap(self.workspace_memory) // (np.dtype(decl.dtype).itemsize + ROW_OVERHEAD)
-
-    def chooses_workspace(self, prog: ConcreteProgram) -> bool:
-        """Whether calls choose ``prog``'s workspace from their operands (so no call plan
-        may fix one)."""
-        return self.workspace in (AUTO, DENSE) and workspace_decl(prog) is not None
 
     def variant(self, prog: ConcreteProgram, itypes: Mapping[str, np.dtype], mode: str,
                 fixed: Fixed = ()) -> Variant:
@@ -330,7 +325,7 @@ class StorageKernel:
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.assignment.lhs.indices)
         prog = self.program(dtypes, commands)
-        workspace = self.workspace_for(prog, storages, dims, rshape)
+        workspace = self.workspace_for(prog, dims, rshape)
         prog = self.program(dtypes, commands, workspace=workspace)
         # no specialising when concretize re-stores an operand in another mode order: its
         # levels (and a fixed extent) would move to other modes

@@ -1,14 +1,15 @@
 """Choosing a kernel's workspace per call: dense or a sparse policy, under a memory cap.
 
 Concretize knows the loops and formats, so it knows whether a result is scattered and how
-many modes the workspace needs; only the call knows the extents and the operands' stored
-values. With ``workspace="auto"`` the kernel asks :func:`choose` before each call:
+many modes the workspace needs; only the call knows the extents. With ``workspace="auto"``:
 
-- a dense workspace (a row workspace, or a dense result converted afterwards) is never
-  allocated when it needs more than the memory cap (:func:`memory_cap`);
-- otherwise dense is taken when the dense cells are at most ``DENSE_PER_VALUE`` per stored
-  operand value (when many products land on few coordinates, as in the paper, dense wins
-  by locality), and the ``SPARSE`` policy when they are more.
+- a workspace of more than one mode is sparse, with concretize's default policy (bucket).
+  The dense alternative (a dense result converted afterwards) was at best even with it
+  on every input of ``benchmarks/workspaces.py`` and takes the whole dense result's
+  memory (docs/workspaces.md);
+- a one-mode (row) workspace is dense (Gustavson's), unless it would take more than the
+  memory cap (:func:`memory_cap`): then it is ``SPARSE`` (a hash table's memory follows
+  the row's entries, not the extent). A dense workspace is never allocated above the cap.
 """
 from __future__ import annotations
 
@@ -20,13 +21,10 @@ import numpy as np
 
 from ..concrete.stmt import ConcreteProgram, TensorDecl
 from ..errors import FormatError
-from ..formats.storage import Storage
-from ..formats.workspaces import DENSE
 from ..notation.ast import IndexVar
 
 AUTO = "auto"
 SPARSE = "hash"
-DENSE_PER_VALUE = 16
 # bytes per dense row workspace entry besides the value: a flag and a list entry
 ROW_OVERHEAD = 9
 
@@ -62,21 +60,14 @@ def dense_bytes(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tup
     return math.prod(rshape) * vbytes
 
 
-def choose(prog: ConcreteProgram, storages: Mapping[str, Storage], dims: Mapping[IndexVar, int],
-           rshape: tuple[int, ...], cap: int) -> str:
-    """The workspace for a call of ``prog`` (concretized with ``"auto"``): ``"dense"`` or
-    a sparse policy; AUTO when ``prog`` has no workspace."""
+def choose(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...],
+           cap: int) -> str:
+    """The workspace for a call of ``prog`` (concretized with ``"auto"``): SPARSE when its
+    dense row workspace would exceed ``cap``, else AUTO (``prog``'s own)."""
     decl = workspace_decl(prog)
-    if decl is None:
+    if decl is None or decl.policy is not None or dense_bytes(prog, dims, rshape) <= cap:
         return AUTO
-    cells = dense_bytes(prog, dims, rshape)
-    if cells > cap:
-        return SPARSE
-    if decl.policy is None:  # concretize took the row workspace
-        return DENSE
-    stored = sum(int(s.vals.shape[0]) for s in storages.values())
-    vbytes = np.dtype(decl.dtype).itemsize
-    return DENSE if cells // vbytes <= DENSE_PER_VALUE * max(stored, 1) else SPARSE
+    return SPARSE
 
 
 def check_dense(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...],

@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...ir.nodes import (
-    Assign, Call, Const, ExprStmt, If, IRExpr, IRStmt, Load, Un, Var, block,
+    Assign, Call, Const, ExprStmt, IRExpr, IRStmt, Load, Un, Var,
 )
 from .base import Level, LevelNames, Packed, ParentPos
 

@@ -38,6 +38,7 @@ typedef struct {{
   int64_t n, cap, all_n, all_cap, tmp_cap;
   int64_t* crd[COITER_WS_MAX_ORDER];  /* all's coordinates, decoded per level */
   int64_t crd_cap;
+  int64_t* used;  /* hash tables: the occupied slots, so a flush costs the entries, not the table */
 }} coiter_ws_{N};
 
 static int coiter_ws_init_{N}(coiter_ws_{N}* w, int64_t hint, int fill) {{
@@ -46,14 +47,18 @@ static int coiter_ws_init_{N}(coiter_ws_{N}* w, int64_t hint, int fill) {{
   w->key = (uint64_t*)malloc((size_t)cap * sizeof(uint64_t));
   w->val = ({T}*)malloc((size_t)cap * sizeof({T}));
   if (!w->key || !w->val) return 1;
-  if (fill) memset(w->key, 0xff, (size_t)cap * sizeof(uint64_t));
+  if (fill) {{
+    memset(w->key, 0xff, (size_t)cap * sizeof(uint64_t));
+    w->used = (int64_t*)malloc((size_t)(cap / 2 + 1) * sizeof(int64_t));
+    if (!w->used) return 1;
+  }}
   w->cap = cap;
   return 0;
 }}
 
 static void coiter_ws_free_{N}(coiter_ws_{N}* w) {{
   free(w->key); free(w->val); free(w->all_key); free(w->all_val);
-  free(w->tmp_key); free(w->tmp_val);
+  free(w->tmp_key); free(w->tmp_val); free(w->used);
   for (int l = 0; l < COITER_WS_MAX_ORDER; l++) free(w->crd[l]);
 }}
 
@@ -68,7 +73,12 @@ static int coiter_ws_fit_{N}(coiter_ws_{N}* w, int fill) {{
   {T}* val = ({T}*)realloc(w->val, (size_t)cap * sizeof({T}));
   if (!val) return 1;
   w->val = val;
-  if (fill) memset(w->key, 0xff, (size_t)cap * sizeof(uint64_t));
+  if (fill) {{
+    memset(w->key, 0xff, (size_t)cap * sizeof(uint64_t));
+    int64_t* used = (int64_t*)realloc(w->used, (size_t)(cap / 2 + 1) * sizeof(int64_t));
+    if (!used) return 1;
+    w->used = used;
+  }}
   w->cap = cap;
   return 0;
 }}

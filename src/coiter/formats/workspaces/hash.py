@@ -1,8 +1,9 @@
 """Hash policy: an open-addressing table adds up duplicates as they are inserted.
 
 The table (linear probing, a multiplicative hash of the key, all bits set marks an empty
-slot) is flushed when half full: its entries are packed to the front, radix sorted and
-merged. It wins when many products share a coordinate, without the dense workspace's
+slot, the occupied slots listed) is flushed when half full: its entries are radix sorted
+and merged, at a cost that follows the entries, not the table (a row workspace flushes
+once per row). It wins when many products share a coordinate, without the dense workspace's
 memory (the paper's best policy for middle ranks in Table 3).
 """
 from __future__ import annotations
@@ -16,18 +17,31 @@ class Hash(WorkspacePolicy):
 
     def c_source(self) -> str:
         return """\
+/* the occupied slots move to tmp (emptying them), then to the table's first slots, where
+   they are sorted and merged like an appended list; those slots are emptied again */
 static int coiter_ws_hash_flush_{N}(coiter_ws_{N}* w, int bits) {{
-  if (w->n == 0) return 0;
-  int64_t m = 0;
-  for (int64_t s = 0; s < w->cap; s++) {{
-    if (w->key[s] != UINT64_MAX) {{ w->key[m] = w->key[s]; w->val[m++] = w->val[s]; }}
+  int64_t m = w->n;
+  if (m == 0) return 0;
+  if (m > w->tmp_cap) {{
+    uint64_t* k = (uint64_t*)realloc(w->tmp_key, (size_t)m * sizeof(uint64_t));
+    if (!k) return 1;
+    w->tmp_key = k;
+    {T}* v = ({T}*)realloc(w->tmp_val, (size_t)m * sizeof({T}));
+    if (!v) return 1;
+    w->tmp_val = v;
+    w->tmp_cap = m;
   }}
+  for (int64_t q = 0; q < m; q++) {{
+    int64_t s = w->used[q];
+    w->tmp_key[q] = w->key[s]; w->tmp_val[q] = w->val[s];
+    w->key[s] = UINT64_MAX;
+  }}
+  memcpy(w->key, w->tmp_key, (size_t)m * sizeof(uint64_t));
+  memcpy(w->val, w->tmp_val, (size_t)m * sizeof({T}));
   if (coiter_ws_radix_acc_{N}(w, m, bits) || coiter_ws_merge_{N}(w, m)) return 1;
+  memset(w->key, 0xff, (size_t)m * sizeof(uint64_t));
   w->n = 0;
-  int64_t cap = w->cap;
-  if (coiter_ws_fit_{N}(w, 1)) return 1;
-  if (w->cap == cap) memset(w->key, 0xff, (size_t)cap * sizeof(uint64_t));
-  return 0;
+  return coiter_ws_fit_{N}(w, 1);
 }}
 
 static inline int coiter_ws_hash_insert_{N}(coiter_ws_{N}* w, uint64_t key, {T} v, int bits) {{
@@ -36,7 +50,7 @@ static inline int coiter_ws_hash_insert_{N}(coiter_ws_{N}* w, uint64_t key, {T} 
   uint64_t s = (key * UINT64_C(0x9E3779B97F4A7C15)) >> 32 & mask;
   while (w->key[s] != key) {{
     if (w->key[s] == UINT64_MAX) {{
-      w->key[s] = key; w->val[s] = v; w->n++;
+      w->key[s] = key; w->val[s] = v; w->used[w->n++] = (int64_t)s;
       return 0;
     }}
     s = (s + 1) & mask;
