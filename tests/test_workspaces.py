@@ -243,3 +243,32 @@ def test_workspace_keys_wider_than_63_bits_are_an_error() -> None:
 def test_unknown_workspace_is_named() -> None:
     with pytest.raises(FormatError, match="unknown workspace 'heap'"):
         coiter.compile("A(i,j) = B(i,k) * C(k,j)", workspace="heap")
+
+
+def test_parallel_loops_over_a_sparse_workspace_are_refused() -> None:
+    """Sparse workspaces are serial: a parallelize that would share one is a ScheduleError
+    (the dense row workspace assembles rows in parallel, one workspace per thread)."""
+    from coiter.errors import ScheduleError
+
+    with pytest.raises(ScheduleError, match="workspace w0 is shared"):
+        coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csc", "C": "csr"},
+                       schedule="parallelize(k,CPUThread,NoRaces)")
+    with pytest.raises(ScheduleError, match="workspace w0 is shared"):
+        coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       workspace="hash", schedule="parallelize(i,CPUThread,NoRaces)")
+    rng = np.random.default_rng(8)
+    B = sp.random(200, 150, density=0.05, format="csr", random_state=rng)
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       schedule="parallelize(i,CPUThread,NoRaces)")
+    assert abs(k(B=B, C=B.T.tocsr(), threads=2).to_scipy() - B @ B.T).max() < 1e-12
+
+
+def test_workspace_c_names_never_shadow_user_tensors() -> None:
+    """A tensor named like a workspace's C variables (w0_ws, w0_shift) keeps its own name."""
+    rng = np.random.default_rng(9)
+    B = sp.random(30, 20, density=0.2, format="csc", random_state=rng)
+    C = sp.random(20, 25, density=0.2, format="csr", random_state=rng)
+    k = coiter.compile("A(i,j) = w0_ws(i,k) * w0_shift(k,j)",
+                       formats={"A": "csr", "w0_ws": "csc", "w0_shift": "csr"})
+    got = k(w0_ws=B, w0_shift=C).to_scipy()
+    assert abs(got - B @ C).max() < 1e-12

@@ -25,6 +25,8 @@ WORKSPACE_KEY_ERROR = 5  # kernel return code: a workspace's coordinates need mo
 class SparseWorkspaces:
     """Allocation, insert, flush, reset and free of sparse (ISM) workspaces."""
 
+    ism_vars: dict[str, tuple[str, str, str, str]]  # set by the Lowerer: workspace -> C names
+
     def _ism(self, name: str) -> tuple[str, workspaces.WorkspacePolicy, str]:
         """The structure's variable, the policy and the value type's suffix of ``name``,
         recording the C support the kernel needs."""
@@ -41,11 +43,17 @@ class SparseWorkspaces:
         for text in (workspaces.prelude(), workspaces.core_source(ctype),
                      policy.c_source().format(T=ctype, N=n)):
             self.support.setdefault(text, None)
-        return f"{self.cn[name]}_ws", policy, n
+        return self._ism_names(name)[0], policy, n
+
+    def _ism_names(self, name: str) -> tuple[str, str, str, str]:
+        """The C names of ``name``'s structure, key shifts, key masks and key width."""
+        if name not in self.ism_vars:
+            cn = self.cn[name]
+            self.ism_vars[name] = tuple(self._unique(f"{cn}_{x}") for x in ("ws", "shift", "mask", "bits"))
+        return self.ism_vars[name]
 
     def _ism_arrays(self, name: str) -> tuple[str, str, str]:
-        cn = self.cn[name]
-        return f"{cn}_shift", f"{cn}_mask", f"{cn}_bits"
+        return self._ism_names(name)[1:]
 
     def ism_alloc(self, name: str, decl: TensorDecl) -> list[IRStmt]:
         """Declare the structure, the key layout (checked to fit 63 bits) and the
@@ -53,10 +61,11 @@ class SparseWorkspaces:
         ws, policy, n = self._ism(name)
         shift, mask, bits = self._ism_arrays(name)
         order = decl.order
-        self.used.update({ws, shift, mask, bits, self.vals(name)})
+        self.used.add(self.vals(name))
         dims = [self.names(name, k).dimension.name for k in range(order)]
         self.used.update(dims)
-        out: list[IRStmt] = [Decl(f"coiter_ws_{n}", ws, Var("{0}"))]
+        zeroed = Var("{0}")  # C's initializer of a zeroed struct or array
+        out: list[IRStmt] = [Decl(f"coiter_ws_{n}", ws, zeroed)]
         out += [Decl("int64_t", d, self.extent_of(v)) for d, v in zip(dims, decl.modes)]
         out += [Decl("int", f"{shift}[{order}]"), Decl("uint64_t", f"{mask}[{order}]")]
         # the last mode takes the lowest bits, so keys sort as the result stores them
@@ -82,7 +91,7 @@ class SparseWorkspaces:
             names = self.names(name, k)
             for arr in level.arrays:
                 self.used.add(names.array(arr))
-                out.append(Decl(itype, f"{names.array(arr)}[2]", Var("{0}")) if arr == "pos"
+                out.append(Decl(itype, f"{names.array(arr)}[2]", zeroed) if arr == "pos"
                            else Decl(f"{itype}*", names.array(arr), Const(0)))
         out.append(Decl(f"{self.vtype[name]}*", self.vals(name), Const(0)))
         return out

@@ -346,6 +346,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         self.append_written: set[str] = set()
         # C support code the kernel needs besides the preamble (sparse workspaces), in order
         self.support: dict[str, None] = {}
+        self.ism_vars: dict[str, tuple[str, str, str, str]] = {}
         self.parallel_depth = 0  # CPUThread loops enclosing the statement being lowered
         self.result = prog.result
         rdecl = self.decls[self.result]
