@@ -28,8 +28,12 @@ class SparseWorkspaces:
     ism_vars: dict[str, tuple[str, str, str, str]]  # set by the Lowerer: workspace -> C names
 
     def _ism(self, name: str) -> tuple[str, workspaces.WorkspacePolicy, str]:
-        """The structure's variable, the policy and the value type's suffix of ``name``,
-        recording the C support the kernel needs."""
+        """The structure's variable, the policy and the value type's suffix of ``name``."""
+        policy = workspaces.policy(self.decls[name].policy)
+        return self._ism_names(name)[0], policy, workspaces.suffix(self.vtype[name])
+
+    def _ism_support(self, name: str) -> None:
+        """Check that ``name`` can be compiled here and record the C support it needs."""
         decl: TensorDecl = self.decls[name]
         if self.target != "c":
             raise FormatError(f"sparse workspace {name} ({decl.policy}): only the C back end has "
@@ -37,13 +41,11 @@ class SparseWorkspaces:
         if decl.order > workspaces.base.MAX_ORDER:
             raise FormatError(f"sparse workspace {name} has {decl.order} modes, at most "
                               f"{workspaces.base.MAX_ORDER} are supported")
-        policy = workspaces.policy(decl.policy)
         ctype = self.vtype[name]
-        n = workspaces.suffix(ctype)
+        source = workspaces.policy(decl.policy).c_source()
         for text in (workspaces.prelude(), workspaces.core_source(ctype),
-                     policy.c_source().format(T=ctype, N=n)):
+                     source.format(T=ctype, N=workspaces.suffix(ctype))):
             self.support.setdefault(text, None)
-        return self._ism_names(name)[0], policy, n
 
     def _ism_names(self, name: str) -> tuple[str, str, str, str]:
         """The C names of ``name``'s structure, key shifts, key masks and key width."""
@@ -58,6 +60,7 @@ class SparseWorkspaces:
     def ism_alloc(self, name: str, decl: TensorDecl) -> list[IRStmt]:
         """Declare the structure, the key layout (checked to fit 63 bits) and the
         coordinate-list arrays the consumer reads, and allocate the accumulation array."""
+        self._ism_support(name)
         ws, policy, n = self._ism(name)
         shift, mask, bits = self._ism_arrays(name)
         order = decl.order

@@ -31,7 +31,7 @@ from ..notation.ast import Assignment, Div, IndexVar, Literal, accesses, walk
 from ..notation.reductions import insert_reductions
 from ..formats.workspaces import DENSE, policy_names
 from .autotune import AutoTuner
-from .workspace_choice import AUTO, ROW_OVERHEAD, check_dense, choose, memory_cap, workspace_decl
+from .workspace_choice import AUTO, check_dense, choose, memory_cap, row_entry_bytes, workspace_decl
 from .compiler import load_library
 from .cuda import load_cuda_library
 
@@ -218,12 +218,11 @@ class StorageKernel:
         """The workspace a call with extents ``dims`` uses (``prog`` is the kernel's
         default program): the kernel's choice, or with "auto" the one
         :func:`~coiter.runtime.workspace_choice.choose` makes from the call's sizes."""
-        cap = memory_cap(self.workspace_memory)
         if self.workspace == DENSE:
-            check_dense(prog, dims, rshape, cap)
-        if self.workspace != AUTO:
+            check_dense(prog, dims, rshape, memory_cap(self.workspace_memory))
+        if self.workspace != AUTO or workspace_decl(prog) is None:
             return self.workspace
-        return choose(prog, dims, rshape, cap)
+        return choose(prog, dims, rshape, memory_cap(self.workspace_memory))
 
     def row_workspace_limit(self, prog: ConcreteProgram) -> tuple[int, int] | None:
         """For a variant with a dense row workspace that calls choose (or check) per call:
@@ -232,7 +231,7 @@ class StorageKernel:
         if decl is None or decl.policy is not None or self.workspace not in (AUTO, DENSE):
             return None
         mode = self.assignment.lhs.indices.index(decl.modes[0])
-        return mode, memory_cap(self.workspace_memory) // (np.dtype(decl.dtype).itemsize + ROW_OVERHEAD)
+        return mode, memory_cap(self.workspace_memory) // row_entry_bytes(decl)
 
     def variant(self, prog: ConcreteProgram, itypes: Mapping[str, np.dtype], mode: str,
                 fixed: Fixed = ()) -> Variant:

@@ -25,8 +25,7 @@ from ..notation.ast import IndexVar
 
 AUTO = "auto"
 SPARSE = "hash"
-# bytes per dense row workspace entry besides the value: a flag and a list entry
-ROW_OVERHEAD = 9
+ROW_OVERHEAD = 9  # bytes per dense row workspace entry besides the value
 
 
 def memory_cap(override: int | None = None) -> int:
@@ -49,15 +48,18 @@ def workspace_decl(prog: ConcreteProgram) -> TensorDecl | None:
     return next((d for d in prog.tensors.values() if d.role == "workspace"), None)
 
 
+def row_entry_bytes(decl: TensorDecl) -> int:
+    """Bytes per coordinate of a dense row workspace: the value, a flag and a list entry."""
+    return np.dtype(decl.dtype).itemsize + ROW_OVERHEAD
+
+
 def dense_bytes(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...]) -> int:
-    """Bytes of the dense workspace ``prog``'s workspace stands for: the row workspace, or
-    the whole result computed densely."""
+    """Bytes of ``prog``'s dense workspace: its row workspace, or else the whole result
+    computed densely."""
     decl = workspace_decl(prog)
-    assert decl is not None
-    vbytes = np.dtype(decl.dtype).itemsize
-    if decl.order == 1:
-        return dims[decl.modes[0]] * (vbytes + ROW_OVERHEAD)
-    return math.prod(rshape) * vbytes
+    if decl is not None and decl.policy is None:
+        return dims[decl.modes[0]] * row_entry_bytes(decl)
+    return math.prod(rshape) * np.dtype(prog.tensors[prog.result].dtype).itemsize
 
 
 def choose(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...],
@@ -74,12 +76,11 @@ def check_dense(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tup
                 cap: int) -> None:
     """FormatError when ``prog`` was asked for a dense workspace larger than ``cap``."""
     decl = workspace_decl(prog)
-    dense = prog.result_conversion is not None and decl is None and \
+    row = decl is not None and decl.policy is None
+    converted = decl is None and prog.result_conversion is not None and \
         prog.tensors[prog.result].format.is_dense
-    if decl is not None and decl.policy is None or dense:
-        need = dense_bytes(prog, dims, rshape) if decl is not None else \
-            math.prod(rshape) * np.dtype(prog.tensors[prog.result].dtype).itemsize
-        if need > cap:
-            raise FormatError(f"the dense workspace of {prog.result} needs {need} bytes, more than the "
-                              f"workspace memory cap of {cap} bytes; use a sparse workspace "
-                              "(workspace='hash', 'coord' or 'bucket') or raise the cap")
+    need = dense_bytes(prog, dims, rshape)
+    if (row or converted) and need > cap:
+        raise FormatError(f"the dense workspace of {prog.result} needs {need} bytes, more than the "
+                          f"workspace memory cap of {cap} bytes; use a sparse workspace "
+                          "(workspace='hash', 'coord' or 'bucket') or raise the cap")

@@ -41,12 +41,22 @@ typedef struct {{
   int64_t* used;  /* hash tables: the occupied slots, so a flush costs the entries, not the table */
 }} coiter_ws_{N};
 
+/* a (key, value) buffer pair resized to cap entries; nonzero when out of memory (the old
+   buffers stay valid) */
+static int coiter_ws_resize_{N}(uint64_t** key, {T}** val, int64_t cap) {{
+  uint64_t* k = (uint64_t*)realloc(*key, (size_t)cap * sizeof(uint64_t));
+  if (!k) return 1;
+  *key = k;
+  {T}* v = ({T}*)realloc(*val, (size_t)cap * sizeof({T}));
+  if (!v) return 1;
+  *val = v;
+  return 0;
+}}
+
 static int coiter_ws_init_{N}(coiter_ws_{N}* w, int64_t hint, int fill) {{
   int64_t cap = {acc_min};
   while (cap < hint && cap < {acc_max}) cap *= 2;
-  w->key = (uint64_t*)malloc((size_t)cap * sizeof(uint64_t));
-  w->val = ({T}*)malloc((size_t)cap * sizeof({T}));
-  if (!w->key || !w->val) return 1;
+  if (coiter_ws_resize_{N}(&w->key, &w->val, cap)) return 1;
   if (fill) {{
     memset(w->key, 0xff, (size_t)cap * sizeof(uint64_t));
     w->used = (int64_t*)malloc((size_t)(cap / 2 + 1) * sizeof(int64_t));
@@ -67,12 +77,7 @@ static void coiter_ws_free_{N}(coiter_ws_{N}* w) {{
 static int coiter_ws_fit_{N}(coiter_ws_{N}* w, int fill) {{
   if (w->all_n <= w->cap || w->cap >= {acc_max}) return 0;
   int64_t cap = w->cap * 2;
-  uint64_t* key = (uint64_t*)realloc(w->key, (size_t)cap * sizeof(uint64_t));
-  if (!key) return 1;
-  w->key = key;
-  {T}* val = ({T}*)realloc(w->val, (size_t)cap * sizeof({T}));
-  if (!val) return 1;
-  w->val = val;
+  if (coiter_ws_resize_{N}(&w->key, &w->val, cap)) return 1;
   if (fill) {{
     memset(w->key, 0xff, (size_t)cap * sizeof(uint64_t));
     int64_t* used = (int64_t*)realloc(w->used, (size_t)(cap / 2 + 1) * sizeof(int64_t));
@@ -94,19 +99,18 @@ static int64_t coiter_ws_reduce_{N}(uint64_t* key, {T}* val, int64_t n) {{
   return o + 1;
 }}
 
+/* tmp holds at least n entries (grown to at least twice its capacity) */
+static int coiter_ws_tmp_{N}(coiter_ws_{N}* w, int64_t n) {{
+  if (n <= w->tmp_cap) return 0;
+  int64_t cap = COITER_MAX(n, 2 * w->tmp_cap);
+  if (coiter_ws_resize_{N}(&w->tmp_key, &w->tmp_val, cap)) return 1;
+  w->tmp_cap = cap;
+  return 0;
+}}
+
 /* merge the sorted, distinct acc[0..m) into all (equal keys add up), through tmp */
 static int coiter_ws_merge_{N}(coiter_ws_{N}* w, int64_t m) {{
-  int64_t need = w->all_n + m;
-  if (need > w->tmp_cap) {{
-    int64_t cap = COITER_MAX(need, 2 * w->tmp_cap);
-    uint64_t* k = (uint64_t*)realloc(w->tmp_key, (size_t)cap * sizeof(uint64_t));
-    if (!k) return 1;
-    w->tmp_key = k;
-    {T}* v = ({T}*)realloc(w->tmp_val, (size_t)cap * sizeof({T}));
-    if (!v) return 1;
-    w->tmp_val = v;
-    w->tmp_cap = cap;
-  }}
+  if (coiter_ws_tmp_{N}(w, w->all_n + m)) return 1;
   const uint64_t *ak = w->all_key, *bk = w->key;
   const {T} *av = w->all_val, *bv = w->val;
   uint64_t* ok = w->tmp_key;
@@ -157,17 +161,9 @@ static void coiter_ws_radix_{N}(uint64_t* key, {T}* val, uint64_t* tk, {T}* tv, 
   }}
 }}
 
-/* sort acc[0..m) by radix through tmp (grown to m entries) */
+/* sort acc[0..m) by radix through tmp */
 static int coiter_ws_radix_acc_{N}(coiter_ws_{N}* w, int64_t m, int bits) {{
-  if (m > w->tmp_cap) {{
-    uint64_t* k = (uint64_t*)realloc(w->tmp_key, (size_t)m * sizeof(uint64_t));
-    if (!k) return 1;
-    w->tmp_key = k;
-    {T}* v = ({T}*)realloc(w->tmp_val, (size_t)m * sizeof({T}));
-    if (!v) return 1;
-    w->tmp_val = v;
-    w->tmp_cap = m;
-  }}
+  if (coiter_ws_tmp_{N}(w, m)) return 1;
   coiter_ws_radix_{N}(w->key, w->val, w->tmp_key, w->tmp_val, m, bits);
   return 0;
 }}
@@ -228,6 +224,32 @@ class WorkspacePolicy(ABC):
 
     def flush_fn(self, suffix: str) -> str:
         return f"coiter_ws_{self.name}_flush_{suffix}"
+
+
+_APPENDING = """\
+static int coiter_ws_{name}_flush_{{N}}(coiter_ws_{{N}}* w, int bits) {{{{
+  (void)bits;
+  if (w->n == 0) return 0;
+  {sort}
+  int64_t m = coiter_ws_reduce_{{N}}(w->key, w->val, w->n);
+  w->n = 0;
+  return coiter_ws_merge_{{N}}(w, m) || coiter_ws_fit_{{N}}(w, 0);
+}}}}
+
+static inline int coiter_ws_{name}_insert_{{N}}(coiter_ws_{{N}}* w, uint64_t key, {{T}} v, int bits) {{{{
+  if (w->n == w->cap && coiter_ws_{name}_flush_{{N}}(w, bits)) return 1;
+  w->key[w->n] = key;
+  w->val[w->n++] = v;
+  return 0;
+}}}}
+"""
+
+
+def appending(name: str, sort: str) -> str:
+    """Insert and flush (a template over ``{T}``, ``{N}``) of a policy whose accumulation
+    array is a list that inserts append to and a flush sorts with the C statement
+    ``sort`` (which may return 1 when out of memory), adding up equal keys afterwards."""
+    return _APPENDING.format(name=name, sort=sort)
 
 
 def suffix(ctype: str) -> str:

@@ -5,14 +5,17 @@ products share a coordinate (the paper's best policy for small ranks in Table 3)
 """
 from __future__ import annotations
 
-from .base import WorkspacePolicy
+from .base import WorkspacePolicy, appending
 
 
 class Coord(WorkspacePolicy):
     name = "coord"
 
     def c_source(self) -> str:
-        return """\
+        return _QSORT + appending(self.name, "coiter_ws_qsort_{N}(w->key, w->val, w->n);")
+
+
+_QSORT = """\
 /* quicksort of (key, value) pairs by key (median of three, the smaller side recursed),
    short ranges by insertion sort */
 static void coiter_ws_qsort_{N}(uint64_t* key, {T}* val, int64_t n) {{
@@ -38,19 +41,4 @@ static void coiter_ws_qsort_{N}(uint64_t* key, {T}* val, int64_t n) {{
   }}
 }}
 
-static int coiter_ws_coord_flush_{N}(coiter_ws_{N}* w, int bits) {{
-  (void)bits;
-  if (w->n == 0) return 0;
-  coiter_ws_qsort_{N}(w->key, w->val, w->n);
-  int64_t m = coiter_ws_reduce_{N}(w->key, w->val, w->n);
-  w->n = 0;
-  return coiter_ws_merge_{N}(w, m) || coiter_ws_fit_{N}(w, 0);
-}}
-
-static inline int coiter_ws_coord_insert_{N}(coiter_ws_{N}* w, uint64_t key, {T} v, int bits) {{
-  if (w->n == w->cap && coiter_ws_coord_flush_{N}(w, bits)) return 1;
-  w->key[w->n] = key;
-  w->val[w->n++] = v;
-  return 0;
-}}
 """

@@ -22,15 +22,7 @@ class Hash(WorkspacePolicy):
 static int coiter_ws_hash_flush_{N}(coiter_ws_{N}* w, int bits) {{
   int64_t m = w->n;
   if (m == 0) return 0;
-  if (m > w->tmp_cap) {{
-    uint64_t* k = (uint64_t*)realloc(w->tmp_key, (size_t)m * sizeof(uint64_t));
-    if (!k) return 1;
-    w->tmp_key = k;
-    {T}* v = ({T}*)realloc(w->tmp_val, (size_t)m * sizeof({T}));
-    if (!v) return 1;
-    w->tmp_val = v;
-    w->tmp_cap = m;
-  }}
+  if (coiter_ws_tmp_{N}(w, m)) return 1;
   for (int64_t q = 0; q < m; q++) {{
     int64_t s = w->used[q];
     w->tmp_key[q] = w->key[s]; w->tmp_val[q] = w->val[s];
