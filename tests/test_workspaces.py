@@ -272,3 +272,37 @@ def test_workspace_c_names_never_shadow_user_tensors() -> None:
                        formats={"A": "csr", "w0_ws": "csc", "w0_shift": "csr"})
     got = k(w0_ws=B, w0_shift=C).to_scipy()
     assert abs(got - B @ C).max() < 1e-12
+
+
+@pytest.mark.parametrize("cols", [70, 5000, 70000])
+def test_row_workspace_orders_long_rows(cols: int) -> None:
+    """Rows of more than 32 coordinates are ordered through the workspace's bitmap: rows
+    spanning one word, one summary word and many, a full row, and coordinates at both ends
+    of the dimension, for several column counts (regression: the bitmap replaced radix sort)."""
+    rng = np.random.default_rng(3)
+    b = sp.random_array((40, 60), density=0.25, rng=rng, format="csr")
+    c = sp.random_array((60, cols), density=min(1.0, 40 / cols), rng=rng, format="lil")
+    c[0, :] = 1.0  # a dense row: every coordinate of the product row, ends included
+    c[1, [0, cols - 1]] = 2.0
+    c = sp.csr_array(c)
+    got = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"B": "csr", "C": "csr", "A": "csr"})(
+        B=b, C=c).to_scipy()
+    ref = sp.csr_array(b @ c)
+    ref.sort_indices()
+    for i in range(got.shape[0]):
+        row = got.indices[got.indptr[i]:got.indptr[i + 1]]
+        assert np.all(row[1:] > row[:-1]), f"row {i} is not ordered"
+    np.testing.assert_allclose(got.toarray(), ref.toarray(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("result", ["csr", "csr_unordered"])
+def test_result_growing_past_its_first_capacity(result: str) -> None:
+    """A product with far more entries than its operands grows its result arrays several
+    times, past the sizes where blocks are reserved whole and advised huge pages."""
+    rng = np.random.default_rng(4)
+    b = sp.random_array((3000, 3000), density=0.01, rng=rng, format="csr")
+    got = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"B": "csr", "C": "csr", "A": result})(
+        B=b, C=b).to_scipy()
+    ref = sp.csr_array(b @ b)
+    assert got.nnz > 8 * b.nnz  # the result outgrew the first capacity (the operands' nonzeros)
+    np.testing.assert_allclose(got.toarray(), ref.toarray(), rtol=1e-12)

@@ -92,6 +92,12 @@ class Kernel:
     expression: Callable[[int], str]  # tensor order -> coiter index notation
     formats: Callable[[int], dict[str, Any]]  # tensor order -> coiter formats
     builder: Callable[[Kernel, Input, Settings], Case]
+    same_as: str = ""  # the kernel whose implementation peers run ("": this one)
+
+    @property
+    def peer_name(self) -> str:
+        """The name peers know this computation by."""
+        return self.same_as or self.name
 
     def build(self, inp: Input, settings: Settings) -> Case:
         """The case of this kernel on ``inp``; raises Skip when it is not run."""
@@ -349,6 +355,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
            lambda o: {"A": _csr, "C": _csr}, _build_sddmm),
     Kernel("spgemm", "SpGEMM", "matrix", False, lambda o: "C(i,j) = A(i,k) * B(k,j)",
            lambda o: {"A": _csr, "B": _csr, "C": _csr}, _build_spgemm),
+    # the same product into an unordered CSR result, which SciPy's own result is too
+    Kernel("spgemm_u", "SpGEMM (unordered)", "matrix", False, lambda o: "C(i,j) = A(i,k) * B(k,j)",
+           lambda o: {"A": _csr, "B": _csr, "C": coiter.csr_unordered}, _build_spgemm, "spgemm"),
     Kernel("spadd3", "SpAdd3", "matrix", True, lambda o: "D(i,j) = A(i,j) + B(i,j) + C(i,j)",
            lambda o: {"A": _csr, "B": _csr, "C": _csr, "D": _csr}, _build_spadd3),
     Kernel("ttv", "TTV", "tensor", True, _ttv_expr,

@@ -48,7 +48,7 @@ class Peer:
     note: str = ""  # how it runs the kernels, for the summary
 
     def prepare(self, case: Case) -> Prepared:
-        build = self.kernels.get(case.kernel.name)
+        build = self.kernels.get(case.kernel.peer_name)
         if build is None:
-            raise NotApplicable(self.missing.get(case.kernel.name, "no such operation"))
+            raise NotApplicable(self.missing.get(case.kernel.peer_name, "no such operation"))
         return build(case)

@@ -25,7 +25,7 @@ def _dense(value: sp.csr_array | Tensor) -> np.ndarray:
 
 def dense_cost(case: Case, rank: int) -> tuple[int, int]:
     """Bytes of the dense version's arrays (operands, result, temporaries) and its flops."""
-    name = case.kernel.name
+    name = case.kernel.peer_name
     if isinstance(case.input, Tensor):
         shape = case.input.shape
         full, head = math.prod(shape), math.prod(shape[:-1])
@@ -51,7 +51,7 @@ def make(settings: Settings) -> Peer:
                                 f"{settings.dense_bytes_limit / 1e6:.0f} MB")
         if flops > settings.dense_flops_limit:
             raise NotApplicable(f"dense arithmetic {flops:.1g} flops > {settings.dense_flops_limit:.0e}")
-        return BUILDERS[case.kernel.name](case)
+        return BUILDERS[case.kernel.peer_name](case)
 
     return Peer("NumPy dense", np.__version__, {name: prepare for name in BUILDERS},
                 note=f"dense arrays, only below {settings.dense_bytes_limit / 1e6:.0f} MB "

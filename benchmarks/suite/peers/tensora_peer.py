@@ -28,7 +28,7 @@ def _output_format(case: Case) -> str:
     order = case.order
     return {"spmv": "d", "spmspv": "d", "spmm": "dd", "sddmm": "ds", "spgemm": "ds",
             "spadd3": "ds", "ttv": "s" * (order - 1), "ttm": "s" * (order - 1) + "d",
-            "mttkrp": "dd", "innerprod": ""}[case.kernel.name]
+            "mttkrp": "dd", "innerprod": ""}[case.kernel.peer_name]
 
 
 def _cffi_array(values: np.ndarray, ctype: str) -> Any:
@@ -107,7 +107,7 @@ _SPMSPV_STEP_S = 1.3e-9
 
 
 def prepare(case: Case, settings: Settings) -> Prepared:
-    if case.kernel.name == "spmspv":
+    if case.kernel.peer_name == "spmspv":
         steps = case.ops["A"].shape[0] * case.ops["x"].idx.shape[0]
         if steps * _SPMSPV_STEP_S > settings.slow_limit_s:
             raise TooSlow(f"its SpMSpV walks every row for each nonzero of x: {steps:.1e} steps, "

@@ -17,12 +17,14 @@ from ..ir.nodes import (
 WORK_PER_THREAD = 16384
 
 PREAMBLE = """\
+#define _DEFAULT_SOURCE /* madvise */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdbool.h>
 #include <complex.h>
 #include <math.h>
+#include <sys/mman.h>
 #define COITER_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define COITER_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define COITER_INDEX_MAX {index_max}
@@ -50,9 +52,41 @@ static inline int64_t coiter_chunk_rows(int64_t n, int64_t t) {{
   return c < 64 ? 64 : (c > 2048 ? 2048 : c);
 }}
 
+/* Heap blocks. One of 1 MiB or more reserves at least 32 MiB of address space, which glibc
+   maps with mmap (its threshold never rises past 32 MiB): a growing result array is then
+   remapped, not copied, and pages never written cost nothing. Blocks of 4 MiB or more get
+   transparent huge pages, as NumPy's arrays do: a 64 MiB result takes 32 page faults, not
+   16384 (a third of a large SpAdd's time). The advice covers the block's whole pages:
+   advising part of a mapping splits it, and glibc could no longer grow it with mremap */
+static inline size_t coiter_block_size(size_t n) {{
+  size_t big = (size_t)32 << 20;
+  return n >= ((size_t)1 << 20) && n < big ? big : n;
+}}
+static inline void* coiter_advise(void* p, size_t n) {{
+#ifdef MADV_HUGEPAGE
+  if (p && n >= ((size_t)4 << 20)) {{
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
+    madvise((void*)a, b - a, MADV_HUGEPAGE);
+  }}
+#endif
+  return p;
+}}
+static inline void* coiter_malloc(size_t n) {{
+  n = coiter_block_size(n);
+  return coiter_advise(malloc(n), n);
+}}
+static inline void* coiter_calloc(size_t n, size_t elt) {{
+  size_t bytes = n * elt, block = coiter_block_size(bytes);
+  return coiter_advise(block == bytes ? calloc(n, elt) : calloc(block, 1), block);
+}}
+static inline void* coiter_realloc(void* p, size_t n) {{
+  n = coiter_block_size(n);
+  return coiter_advise(realloc(p, n), n);
+}}
+
 /* realloc that zero-fills the new tail, so grown arrays behave as if calloc'ed */
 static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{
-  char* q = (char*)realloc(p, (size_t)new_n * elt);
+  char* q = (char*)coiter_realloc(p, (size_t)new_n * elt);
   if (q && new_n > old_n) memset(q + (size_t)old_n * elt, 0, (size_t)(new_n - old_n) * elt);
   return q;
 }}
@@ -81,52 +115,42 @@ static void coiter_qsort_index(int64_t* a, int64_t n) {{
   }}
 }}
 
-/* LSD radix sort of a[0..n) by the bytes of a[q] - lo (below 2^(8 passes)), through
-   tmp[0..n); the sorted keys end in a */
-static void coiter_radix_index(int64_t* a, int64_t* tmp, int64_t n, int64_t lo, int passes) {{
-  int64_t *src = a, *dst = tmp;
-  for (int d = 0; d < passes; d++) {{
-    int64_t count[256] = {{0}};
-    int shift = 8 * d;
-    for (int64_t q = 0; q < n; q++) count[((src[q] - lo) >> shift) & 255]++;
-    for (int64_t b = 0, sum = 0; b < 256; b++) {{ int64_t c = count[b]; count[b] = sum; sum += c; }}
-    for (int64_t q = 0; q < n; q++) dst[count[((src[q] - lo) >> shift) & 255]++] = src[q];
-    int64_t* t = src; src = dst; dst = t;
-  }}
-  if (src != a) memcpy(a, src, (size_t)n * sizeof(int64_t));
+/* a row workspace's flags: one byte per coordinate (dim + 1 of them), marked without a
+   branch as coordinates arrive, then a zeroed two-level bitmap that sorting borrows: one bit
+   per coordinate, one summary bit per 64-bit word */
+static inline int64_t coiter_row_set_bytes(int64_t dim) {{
+  int64_t words = (dim >> 6) + 1;
+  return ((dim + 8) & ~(int64_t)7) + 8 * (words + (words >> 6) + 1);
 }}
 
-/* order a workspace's coordinate list a[0..n) (capacity dim + 1, coordinates flagged in
-   set) by the cheapest of: quicksort (about 3 n log n), radix sort through the list's
-   unused tail (2n + 256 per byte of the coordinates' range), or a scan of the flags over
-   that range (8 flags per word read) */
-static void coiter_sort_index(int64_t* a, int64_t n, const uint8_t* set, int64_t dim) {{
+/* order a workspace's coordinate list a[0..n) (coordinates flagged in set): short lists by
+   quicksort; longer ones by setting their bits in set's bitmap and reading them back in
+   order, which leaves the bitmap zeroed (about 4n operations plus one summary word per 4096
+   coordinates of the list's range; quicksort and radix sort cost twice that on SpGEMM rows) */
+static void coiter_sort_index(int64_t* restrict a, int64_t n, uint8_t* restrict set, int64_t dim) {{
   if (n < 2) return;
   if (n <= 32) {{ coiter_qsort_index(a, n); return; }}
+  uint64_t* bits = (uint64_t*)(set + ((dim + 8) & ~(int64_t)7));
+  uint64_t* summary = bits + (dim >> 6) + 1;
   int64_t lo = a[0], hi = a[0];
-  for (int64_t q = 1; q < n; q++) {{ lo = a[q] < lo ? a[q] : lo; hi = a[q] > hi ? a[q] : hi; }}
-  int64_t lg = 0, bits = 0;
-  while ((INT64_C(1) << lg) < n) lg++;
-  while (bits < 62 && ((hi - lo) >> bits) > 0) bits++;
-  int passes = (int)((bits + 7) / 8);
-  int64_t scan = (hi - lo + 1) / 8 + 2 * n, radix = passes * (256 + 2 * n), quick = 3 * n * lg;
-  if (scan <= radix || 2 * n > dim + 1) {{
-    if (scan <= quick || 2 * n > dim + 1) {{
-      int64_t k = 0, j = lo;
-      while (j <= hi) {{
-        uint64_t word = 1;
-        if (j + 8 <= hi + 1) memcpy(&word, set + j, sizeof word);
-        if (!word) {{ j += 8; continue; }}
-        if (set[j]) a[k++] = j;
-        j++;
-      }}
-      return;
-    }}
-  }} else if (radix <= quick) {{
-    coiter_radix_index(a, a + n, n, lo, passes);
-    return;
+  for (int64_t q = 0; q < n; q++) {{
+    int64_t j = a[q];
+    lo = j < lo ? j : lo;
+    hi = j > hi ? j : hi;
+    bits[j >> 6] |= (uint64_t)1 << (j & 63);
+    summary[j >> 12] |= (uint64_t)1 << ((j >> 6) & 63);
   }}
-  coiter_qsort_index(a, n);
+  int64_t k = 0;
+  for (int64_t s = lo >> 12; s <= hi >> 12; s++) {{
+    uint64_t sw = summary[s];
+    summary[s] = 0;
+    for (; sw; sw &= sw - 1) {{
+      int64_t w = (s << 6) + __builtin_ctzll(sw);
+      uint64_t word = bits[w];
+      bits[w] = 0;
+      for (; word; word &= word - 1) a[k++] = (w << 6) + __builtin_ctzll(word);
+    }}
+  }}
 }}
 
 /* hashed level: bucket of coordinate c in the segment of parent position `parent`
@@ -174,7 +198,7 @@ static int coiter_cmp_pair(const void* a, const void* b) {{
 }}
 static int coiter_sort_pairs(int64_t* key, int64_t* at, int64_t n) {{
   if (n < 2) return 0;
-  coiter_pair* t = (coiter_pair*)malloc((size_t)n * sizeof(coiter_pair));
+  coiter_pair* t = (coiter_pair*)coiter_malloc((size_t)n * sizeof(coiter_pair));
   if (!t) return 1;
   for (int64_t q = 0; q < n; q++) {{ t[q].key = key[q]; t[q].at = at[q]; }}
   qsort(t, (size_t)n, sizeof(coiter_pair), coiter_cmp_pair);
@@ -258,9 +282,14 @@ def _(e: Select, prec: int = 0) -> str:
     return f"({expr(e.cond, 1)} ? {expr(e.a, 1)} : {expr(e.b, 1)})"
 
 
+# The IR's heap allocations print as the preamble's wrappers (huge pages for large blocks);
+# what they return is still freed with free(), by kernels and by the Python side alike.
+_ALLOCATORS = {"malloc": "coiter_malloc", "calloc": "coiter_calloc", "realloc": "coiter_realloc"}
+
+
 @expr.register
 def _(e: Call, prec: int = 0) -> str:
-    return f"{e.fn}({', '.join(expr(a) for a in e.args)})"
+    return f"{_ALLOCATORS.get(e.fn, e.fn)}({', '.join(expr(a) for a in e.args)})"
 
 
 @expr.register

@@ -48,6 +48,10 @@ PREAMBLE = """\
 #define COITER_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define COITER_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define COITER_INDEX_MAX {index_max}
+/* host allocations as the C back end prints them (see c.py) */
+static inline void* coiter_malloc(size_t n) {{ return malloc(n); }}
+static inline void* coiter_calloc(size_t n, size_t e) {{ return calloc(n, e); }}
+static inline void* coiter_realloc(void* p, size_t n) {{ return realloc(p, n); }}
 
 /* sum of vals[lo..hi): the value of a coordinate stored several times (a non-unique level) */
 template <typename T>

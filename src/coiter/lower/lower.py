@@ -1391,12 +1391,12 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         names = LevelNames(self.cn[name], 1)
         n = self.extent[decl.modes[0]]
         out: list[IRStmt] = []
-        for arr, ctype, fn in ((self.vals(name), self.vtype[name], "calloc"),
-                               (names.array("set"), "uint8_t", "calloc"),
-                               (names.array("list"), "int64_t", "calloc")):
+        for arr, ctype, size in ((self.vals(name), self.vtype[name], add(n, Const(1))),
+                                 (names.array("set"), "uint8_t", Call("coiter_row_set_bytes", (n,))),
+                                 (names.array("list"), "int64_t", add(n, Const(1)))):
             self.used.add(arr)
             out.append(Decl(f"{ctype}*", arr, Cast(f"{ctype}*", Call(
-                fn, (add(n, Const(1)), Call("sizeof", (Var(ctype),)))))))
+                "calloc", (size, Call("sizeof", (Var(ctype),)))))))
             out.append(If(Un("!", Var(arr)), block(Return(Const(1)))))
         out.append(Decl("int64_t", names.array("count"), Const(0)))
         out.append(Decl("int64_t", names.dimension.name, n))

@@ -25,7 +25,7 @@ from ..notation.ast import IndexVar
 
 AUTO = "auto"
 SPARSE = "hash"
-ROW_OVERHEAD = 9  # bytes per dense row workspace entry besides the value
+ROW_OVERHEAD = 9  # bytes per dense row workspace entry besides the value: list entry, bits (rounded up)
 
 
 def memory_cap(override: int | None = None) -> int:
