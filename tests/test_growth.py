@@ -30,7 +30,7 @@ def test_only_written_unread_arrays_lose_the_zero_fill() -> None:
     ))
     got = _calls(drop_unread_zero_fill(body, written={"crd", "vals", "acc"}))
     # pos is unread but not assigned entry by entry: it keeps its zeros
-    assert got == {"crd": "realloc", "vals": "realloc", "acc": "coiter_grow", "pos": "coiter_grow"}
+    assert got == {"crd": "coiter_expand", "vals": "coiter_expand", "acc": "coiter_grow", "pos": "coiter_grow"}
 
 
 def test_an_array_passed_to_a_call_counts_as_read() -> None:

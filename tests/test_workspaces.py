@@ -197,7 +197,23 @@ def test_auto_takes_a_sparse_workspace_of_two_modes_even_where_dense_fits() -> N
     k, got = _run("A(i,j) = B(i,k) * C(k,j)", spec, arrays, "csr", "auto")
     np.testing.assert_array_equal(got.to_numpy(), arrays["B"] @ arrays["C"])
     assert [(d.order, d.policy) for d in _workspaces(k)] == [(2, "bucket")]
-    assert k.core.variants()[-1].prog.tensors["w0"].policy == "bucket"
+    assert k.core.variants()[-1].prog.tensors["w0"].policy in ("bucket", "hash")
+
+
+@pytest.mark.parametrize("crowded", [True, False])
+def test_auto_takes_hash_where_products_crowd_the_coordinates(crowded: bool) -> None:
+    """An outer product whose products reach a quarter of the workspace's dense size (a
+    banded matrix times itself) runs with the hash policy, a sparse one (few products per
+    coordinate) with bucket; both against SciPy."""
+    n = 300
+    if crowded:
+        b = sp.diags([np.full(n - abs(d), 1.0 + d) for d in range(-12, 13)], range(-12, 13), format="csc")
+    else:
+        b = sp.random_array((n, n), density=0.01, rng=8, format="csc")
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csc", "C": "csr"})
+    got = k(B=sp.csc_array(b), C=sp.csr_array(b)).to_scipy()
+    assert abs(got - b @ b).max() < 1e-9
+    assert k.core.variants()[-1].prog.tensors["w0"].policy == ("hash" if crowded else "bucket")
 
 
 def test_row_workspace_above_the_cap_is_sparse() -> None:
@@ -306,3 +322,63 @@ def test_result_growing_past_its_first_capacity(result: str) -> None:
     ref = sp.csr_array(b @ b)
     assert got.nnz > 8 * b.nnz  # the result outgrew the first capacity (the operands' nonzeros)
     np.testing.assert_allclose(got.toarray(), ref.toarray(), rtol=1e-12)
+
+
+_PRECOMPUTE_CASES = [(p, b, r) for p in ("coord", "bucket", "hash", "dense", "")
+                     for b, r in (("csr", "csr"), ("csr", "dcsr"), ("csr", "csr_unordered"),
+                                  ("csc", "csr"), ("csc", "coo"))
+                     if not (p == "dense" and b == "csc")]  # refused: test_precompute_refusals
+
+
+@pytest.mark.parametrize("policy,b_fmt,result", _PRECOMPUTE_CASES)
+def test_precompute_chooses_the_workspace(policy: str, b_fmt: str, result: str) -> None:
+    """``precompute`` of SpGEMM's product, which coiter already computes into a workspace,
+    names that workspace and gives it the format asked for (TACO's precompute on SpGEMM);
+    values against SciPy."""
+    rng = np.random.default_rng(5)
+    b = rng.random((30, 20)) * (rng.random((30, 20)) < 0.2)
+    c = rng.random((20, 25)) * (rng.random((20, 25)) < 0.2)
+    outer = b_fmt == "csc"
+    args = "B(i,k)*C(k,j),j,j,w" + (f",{policy}" if policy else "")
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"B": b_fmt, "C": "csr", "A": result},
+                       schedule=f"precompute({args})")
+    got = k(B=coiter.Tensor.from_numpy(b, format=b_fmt), C=coiter.Tensor.from_numpy(c, format="csr"))
+    np.testing.assert_allclose(got.to_numpy(), b @ c, rtol=1e-12, atol=1e-12)
+    (decl,) = _workspaces(k)
+    assert decl.name == "w"
+    assert [m.name for m in decl.modes] == (["i", "j"] if outer else ["j"])
+    if policy in ("coord", "bucket", "hash"):
+        assert decl.policy == policy
+    elif policy == "dense":
+        assert decl.policy is None
+
+
+def test_precompute_refusals() -> None:
+    formats = {"B": "csr", "C": "csr", "A": "csr"}
+    expr = "A(i,j) = B(i,k) * C(k,j)"
+    with pytest.raises(coiter.ScheduleError, match="unknown workspace format 'tree'"):
+        coiter.compile(expr, formats=formats, schedule="precompute(B(i,k)*C(k,j),j,j,w,tree)")
+    with pytest.raises(coiter.ScheduleError, match="over one of those variables"):
+        coiter.compile(expr, formats=formats, schedule="precompute(B(i,k)*C(k,j),k,k,w,hash)")
+    with pytest.raises(coiter.ScheduleError, match="would be the whole result"):
+        coiter.compile(expr, formats={**formats, "B": "csc"},
+                       schedule="precompute(B(i,k)*C(k,j),j,j,w,dense)")
+    with pytest.raises(coiter.ScheduleError, match="goes into a dense workspace here"):
+        coiter.compile("y(i) = B(i,j) * x(j)", formats={"B": "csr"},
+                       schedule="precompute(B(i,j)*x(j),j,j,w,hash)")
+
+
+@pytest.mark.parametrize("kernel_workspace", ["auto", "hash"])
+def test_precompute_dense_respects_the_memory_cap(kernel_workspace: str) -> None:
+    """A dense workspace asked for through precompute is checked against the cap per call,
+    as ``workspace="dense"`` is; a sparse one asked for the same way runs under it."""
+    b = sp.random_array((20, 300), density=0.05, rng=6, format="csr")
+    c = sp.random_array((300, 2000), density=0.01, rng=7, format="csr")  # rows of 2000 columns
+    formats = {"B": "csr", "C": "csr", "A": "csr"}
+    dense = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats=formats, workspace=kernel_workspace,
+                           workspace_memory=1000, schedule="precompute(B(i,k)*C(k,j),j,j,w,dense)")
+    with pytest.raises(FormatError, match="memory cap"):
+        dense(B=b, C=c)
+    hashed = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats=formats, workspace_memory=1000,
+                            schedule="precompute(B(i,k)*C(k,j),j,j,w,hash)")
+    np.testing.assert_allclose(hashed(B=b, C=c).to_numpy(), (b @ c).toarray(), rtol=1e-12)

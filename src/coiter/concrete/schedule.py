@@ -15,8 +15,12 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from ..errors import ScheduleError
-from ..formats.format import dense
-from ..notation.ast import Access, Add, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses, rename_index
+from ..formats.format import Format, coo, dense
+from ..formats.levels.workspace import WorkspaceList
+from ..formats.workspaces import DENSE, policy_names
+from ..notation.ast import (
+    Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses, rename_index,
+)
 from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Split
 from .races import races, row_assembly
 from .commands import Command
@@ -465,11 +469,22 @@ def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why
             raise ScheduleError(f"{why}: iterations race on {r.access}, which is assigned, not reduced")
 
 
-def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any, ws: Any) -> ConcreteProgram:
+def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any, ws: Any,
+                fmt: Any = "") -> ConcreteProgram:
     if isinstance(expr, str):
         from ..notation.parser import parse_expr
 
         expr = parse_expr(expr)
+    if fmt not in ("", DENSE, *policy_names()):
+        raise ScheduleError(f"{cmd}: unknown workspace format {fmt!r}; choose one of "
+                            f"{', '.join(policy_names())}")
+    inserted = _inserted_workspace(prog, expr)
+    if inserted is not None:
+        return _take_workspace(prog, cmd, inserted, i, iw, ws, fmt)
+    if fmt not in ("", DENSE):
+        raise ScheduleError(f"{cmd}: a {fmt} workspace holds a result that the loops scatter into "
+                            f"(as in SpGEMM); {expr} goes into a dense workspace here (give no "
+                            "format or dense)")
     v = _loop(prog, cmd, i)
     w = iw if iw == i else _fresh(prog, cmd, iw)[0].name
     if Provenance(prog.env.relations).defining(v) is not None:
@@ -517,6 +532,64 @@ def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any,
     result = prog.tensors[prog.result]
     decl = TensorDecl(ws, dense(1), result.dtype, "temp", (vw,))
     return _with(prog, stmt, tensors={**prog.tensors, ws: decl})
+
+
+def _inserted_workspace(prog: ConcreteProgram, expr: Expr) -> TensorDecl | None:
+    """The workspace coiter inserted for a scattered result (see concretize) whose producer
+    computes ``expr``, if there is one."""
+    want = Counter(str(f) for f in _factors(expr))
+    for s in walk_stmts(prog.stmt):
+        if not isinstance(s, Where):
+            continue
+        for a in walk_stmts(s.producer):
+            decl = prog.tensors[a.lhs.tensor] if isinstance(a, Assign) else None
+            if decl is not None and decl.role == "workspace" and \
+                    Counter(str(f) for f in _factors(a.rhs)) == want:
+                return decl
+    return None
+
+
+def _take_workspace(prog: ConcreteProgram, cmd: Command, decl: TensorDecl, i: Any, iw: Any,
+                    ws: Any, fmt: str) -> ConcreteProgram:
+    """``precompute`` of an expression that already sits in the workspace coiter inserts
+    for a scattered result (SpGEMM's row): that workspace takes the name ``ws`` and, when
+    given, the format ``fmt`` (dense, or an insert-sort-merge policy); its loops stay."""
+    if not isinstance(ws, str) or not _NAME.match(ws) or ws in prog.tensors:
+        raise ScheduleError(f"{cmd}: the workspace needs a new tensor name, got {ws!r}")
+    modes = ", ".join(m.name for m in decl.modes)
+    if iw != i or i not in {m.name for m in decl.modes}:
+        raise ScheduleError(f"{cmd}: {cmd.args[0]} is already computed into a workspace over "
+                            f"({modes}); precompute it over one of those variables, unrenamed")
+    new = replace(decl, name=ws)
+    if fmt == DENSE and decl.policy is not None:
+        last = prog.tensors[prog.result].format.levels[-1]
+        if len(decl.modes) != 1 or not last.unique:
+            raise ScheduleError(f"{cmd}: a dense workspace over ({modes}) would be the whole "
+                                "result; choose a sparse one (" + ", ".join(p for p in policy_names() if p != DENSE) + ")")
+        new = replace(new, format=Format([WorkspaceList(ordered=last.ordered)]), policy=None)
+    elif fmt not in ("", DENSE):
+        new = replace(new, format=coo(len(decl.modes)), policy=fmt)
+    stmt = _rename_tensor(prog.stmt, decl.name, ws)
+    tensors = {(ws if n == decl.name else n): (new if n == decl.name else d) for n, d in prog.tensors.items()}
+    return _with(prog, stmt, tensors=tensors)
+
+
+def _rename_tensor(s: Stmt, old: str, new: str) -> Stmt:
+    """``s`` with every access of tensor ``old`` naming ``new``."""
+    def expr(e: Expr) -> Expr:
+        if isinstance(e, Access):
+            return replace(e, tensor=new) if e.tensor == old else e
+        if isinstance(e, BinaryExpr):
+            return type(e)(expr(e.a), expr(e.b))
+        if isinstance(e, Neg):
+            return Neg(expr(e.operand))
+        return e
+
+    if isinstance(s, Assign):
+        return replace(s, lhs=expr(s.lhs), rhs=expr(s.rhs))
+    if isinstance(s, Forall):
+        return replace(s, body=_rename_tensor(s.body, old, new))
+    return type(s)(*(_rename_tensor(c, old, new) for c in _children(s)))
 
 
 def _precompute_derived(prog: ConcreteProgram, cmd: Command, expr: Expr, v: IndexVar,

@@ -182,9 +182,12 @@ class ConcreteProgram:
         """Position loop ``p`` back into coordinate space as ``i``."""
         return self._apply("coord", p, i)
 
-    def precompute(self, expr: Any, i: Any, iw: Any, workspace: Any) -> ConcreteProgram:
-        """``expr`` into a dense ``workspace`` over ``iw`` (the range of ``i``)."""
-        return self._apply("precompute", expr, i, iw, workspace)
+    def precompute(self, expr: Any, i: Any, iw: Any, workspace: Any, format: str = "") -> ConcreteProgram:
+        """``expr`` into a dense ``workspace`` over ``iw`` (the range of ``i``). Where coiter
+        already computes ``expr`` into a workspace for a scattered result (SpGEMM's row),
+        that workspace takes the name and, when given, the ``format``: ``"dense"`` or an
+        insert-sort-merge policy (``"coord"``, ``"bucket"``, ``"hash"``)."""
+        return self._apply("precompute", expr, i, iw, workspace, format)
 
     def bound(self, i: Any, ib: Any, value: int, kind: str) -> ConcreteProgram:
         """Loop ``ib`` over ``i`` with a promise about ``i``'s extent (checked at run time)."""

@@ -96,8 +96,10 @@ class ParallelAssembly:
             Decl("int64_t", tid, Call("COITER_THREAD_NUM", ())),
             Decl("int64_t", lo, Bin("/", mul(n_rows, Var(tid)), Var(nt))),
             Decl("int64_t", hi, Bin("/", mul(n_rows, add(Var(tid), Const(1))), Var(nt))),
-            Decl("int64_t", g.cap, Call("COITER_MAX", (Bin("/", Var(f"{self.cn[self.result]}_cap_hint"), Var(nt)),
-                                                       Const(16)))),
+            # every thread reserves the whole hint: rows are rarely split evenly (SpAdd3's
+            # union, whose hint is exact, grew and copied a thread's buffers on most calls),
+            # and pages a thread never writes cost nothing
+            Decl("int64_t", g.cap, Call("COITER_MAX", (Var(f"{self.cn[self.result]}_cap_hint"), Const(16)))),
             Decl("int64_t", g.counter, Const(0)),
         ]
         for name, ctype in arrays:

@@ -16,12 +16,13 @@ from ..ir.nodes import (
 from ..ir.visit import exprs, subexprs, walk_regions
 
 GROW = "coiter_grow"
+EXPAND = "coiter_expand"  # realloc for growth (the C preamble's), without the fill
 # calls that take an array's address without reading its elements (memcpy: its destination)
-_NO_READ = {GROW: 1, "realloc": 1, "free": 1, "memcpy": 1}
+_NO_READ = {GROW: 1, EXPAND: 1, "realloc": 1, "free": 1, "memcpy": 1}
 
 
 def drop_unread_zero_fill(body: Block, written: set[str]) -> Block:
-    """``body`` with ``coiter_grow(x, old, new, elt)`` turned into ``realloc(x, new * elt)``
+    """``body`` with ``coiter_grow(x, old, new, elt)`` turned into ``coiter_expand(x, new * elt)``
     for every array ``x`` of ``written`` (arrays whose every entry up to the count is
     assigned when it is appended) that no statement of ``body`` reads."""
     read = _read_arrays(body) | (set(_all_grown(body)) - written)
@@ -48,7 +49,7 @@ def _plain_realloc(e: IRExpr, read: set[str]) -> IRExpr:
         if isinstance(sub, Call) and sub.fn == GROW and isinstance(sub.args[0], Var) \
                 and sub.args[0].name not in read:
             x, _, new, elt = sub.args
-            plain = Call("realloc", (x, Bin("*", new, elt)))
+            plain = Call(EXPAND, (x, Bin("*", new, elt)))
             return _swap(e, sub, plain)
     return e
 

@@ -31,7 +31,9 @@ from ..notation.ast import Assignment, Div, IndexVar, Literal, accesses, walk
 from ..notation.reductions import insert_reductions
 from ..formats.workspaces import DENSE, policy_names
 from .autotune import AutoTuner
-from .workspace_choice import AUTO, check_dense, choose, memory_cap, row_entry_bytes, workspace_decl
+from .workspace_choice import (
+    AUTO, check_dense, choose, memory_cap, outer_factors, row_entry_bytes, workspace_decl,
+)
 from .compiler import load_library
 from .cuda import load_cuda_library
 
@@ -214,21 +216,34 @@ class StorageKernel:
         return prog
 
     def workspace_for(self, prog: ConcreteProgram, dims: Mapping[IndexVar, int],
-                      rshape: tuple[int, ...]) -> str:
-        """The workspace a call with extents ``dims`` uses (``prog`` is the kernel's
-        default program): the kernel's choice, or with "auto" the one
-        :func:`~coiter.runtime.workspace_choice.choose` makes from the call's sizes."""
-        if self.workspace == DENSE:
+                      rshape: tuple[int, ...], storages: Mapping[str, Storage] | None = None) -> str:
+        """The workspace a call with extents ``dims`` on ``storages`` uses (``prog`` is the
+        kernel's default program): the kernel's choice, or with "auto" the one
+        :func:`~coiter.runtime.workspace_choice.choose` makes from the call's operands."""
+        chosen = self.scheduled_workspace()
+        if self.workspace == DENSE or chosen == DENSE:
             check_dense(prog, dims, rshape, memory_cap(self.workspace_memory))
-        if self.workspace != AUTO or workspace_decl(prog) is None:
+        if self.workspace != AUTO or chosen or workspace_decl(prog) is None:
             return self.workspace
-        return choose(prog, dims, rshape, memory_cap(self.workspace_memory))
+        return choose(prog, dims, rshape, memory_cap(self.workspace_memory), storages)
+
+    def scheduled_workspace(self) -> str:
+        """The workspace format a ``precompute`` of the schedule gives ("" when none does):
+        it wins over the per-call choice."""
+        return next((str(c.args[4]) for c in self.schedule if c.name == "precompute" and len(c.args) > 4
+                     and c.args[4]), "")
+
+    def chooses_from_operands(self, prog: ConcreteProgram) -> bool:
+        """Whether each call picks ``prog``'s sparse workspace policy from its operands
+        (an outer product under "auto"), which the C call path does not do."""
+        return self.workspace == AUTO and not self.scheduled_workspace() and outer_factors(prog) is not None
 
     def row_workspace_limit(self, prog: ConcreteProgram) -> tuple[int, int] | None:
         """For a variant with a dense row workspace that calls choose (or check) per call:
         the result mode it spans and the largest extent the memory cap allows it."""
         decl = workspace_decl(prog)
-        if decl is None or decl.policy is not None or self.workspace not in (AUTO, DENSE):
+        checked = self.workspace in (AUTO, DENSE) or self.scheduled_workspace() == DENSE
+        if decl is None or decl.policy is not None or not checked:
             return None
         mode = self.assignment.lhs.indices.index(decl.modes[0])
         return mode, memory_cap(self.workspace_memory) // row_entry_bytes(decl)
@@ -324,7 +339,7 @@ class StorageKernel:
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.assignment.lhs.indices)
         prog = self.program(dtypes, commands)
-        workspace = self.workspace_for(prog, dims, rshape)
+        workspace = self.workspace_for(prog, dims, rshape, storages)
         prog = self.program(dtypes, commands, workspace=workspace)
         # no specialising when concretize re-stores an operand in another mode order: its
         # levels (and a fixed extent) would move to other modes

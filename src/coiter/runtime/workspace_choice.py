@@ -9,7 +9,13 @@ many modes the workspace needs; only the call knows the extents. With ``workspac
   memory (docs/workspaces.md);
 - a one-mode (row) workspace is dense (Gustavson's), unless it would take more than the
   memory cap (:func:`memory_cap`): then it is ``SPARSE`` (a hash table's memory follows
-  the row's entries, not the extent). A dense workspace is never allocated above the cap.
+  the row's entries, not the extent). A dense workspace is never allocated above the cap;
+- the sparse workspace of an outer product (SpGEMM CSC x CSR, SpTTM: one loop over the
+  contracted index k above the workspace's producer, the factors sharing nothing below k)
+  is ``hash`` when the products it takes, counted from the operands at call time (the sum
+  over k of each factor's entries under k), are at least ``HASH_SHARE`` of the
+  workspace's dense size: many products then land on the same coordinates, which a hash
+  table combines as they arrive while bucket sorts every one of them.
 """
 from __future__ import annotations
 
@@ -19,12 +25,17 @@ from typing import Mapping
 
 import numpy as np
 
-from ..concrete.stmt import ConcreteProgram, TensorDecl
+from ..concrete.stmt import Assign, ConcreteProgram, Forall, TensorDecl, Where, walk_stmts
 from ..errors import FormatError
-from ..notation.ast import IndexVar
+from ..formats.storage import Storage
+from ..notation.ast import Access, IndexVar, Mul
 
 AUTO = "auto"
 SPARSE = "hash"
+# products per dense workspace coordinate from which an outer product's workspace is hash:
+# benchmarks/workspaces.py's outer-product study (docs/workspace-studies.md) has the inputs
+# where hash won (FEM matrices, 0.28 to 0.73) well above those where bucket won (< 0.07)
+HASH_SHARE = 0.25
 ROW_OVERHEAD = 9  # bytes per dense row workspace entry besides the value: list entry, bits (rounded up)
 
 
@@ -62,14 +73,63 @@ def dense_bytes(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tup
     return math.prod(rshape) * np.dtype(prog.tensors[prog.result].dtype).itemsize
 
 
-def choose(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...],
-           cap: int) -> str:
-    """The workspace for a call of ``prog`` (concretized with ``"auto"``): SPARSE when its
-    dense row workspace would exceed ``cap``, else AUTO (``prog``'s own)."""
+def outer_factors(prog: ConcreteProgram) -> tuple[IndexVar, list[Access]] | None:
+    """The contracted index and the factors of ``prog``'s outer product into a sparse
+    workspace, or None when ``prog`` has no such workspace."""
     decl = workspace_decl(prog)
-    if decl is None or decl.policy is not None or dense_bytes(prog, dims, rshape) <= cap:
+    if decl is None or decl.policy is None or not isinstance(prog.stmt, Where):
+        return None
+    producer = prog.stmt.producer
+    assigns = [s for s in walk_stmts(producer) if isinstance(s, Assign)]
+    if not isinstance(producer, Forall) or producer.var in decl.modes or len(assigns) != 1:
+        return None
+    k, factors, stack, below = producer.var, [], [assigns[0].rhs], set()
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Mul):
+            stack += [e.a, e.b]
+        elif isinstance(e, Access) and k in e.indices and not (set(e.indices) - {k}) & below:
+            below |= set(e.indices) - {k}
+            factors.append(e)
+        else:
+            return None
+    return k, factors
+
+
+def outer_products(prog: ConcreteProgram, storages: Mapping[str, Storage]) -> int | None:
+    """Products the sparse workspace of ``prog``'s outer product takes on ``storages``:
+    the sum over the contracted index of each factor's entries there (None when ``prog``
+    is not an outer product into a sparse workspace)."""
+    found = outer_factors(prog)
+    if found is None:
+        return None
+    k, factors = found
+    total: np.ndarray | None = None
+    for a in factors:
+        storage = storages.get(prog.tensors[a.tensor].converted_from or a.tensor)
+        if storage is None:
+            return None
+        mode = a.indices.index(k)
+        coords, _ = storage.to_coords()
+        counts = np.bincount(coords[mode], minlength=storage.shape[mode]).astype(np.float64)
+        total = counts if total is None else total * counts
+    return int(total.sum()) if total is not None else None
+
+
+def choose(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...],
+           cap: int, storages: Mapping[str, Storage] | None = None) -> str:
+    """The workspace for a call of ``prog`` (concretized with ``"auto"``) on ``storages``:
+    SPARSE when its dense row workspace would exceed ``cap``; hash for an outer product
+    whose products are at least HASH_SHARE of its workspace's dense size; else AUTO
+    (``prog``'s own)."""
+    decl = workspace_decl(prog)
+    if decl is None:
         return AUTO
-    return SPARSE
+    if decl.policy is not None:
+        products = outer_products(prog, storages) if storages is not None else None
+        dense = math.prod(dims[m] for m in decl.modes)
+        return "hash" if products is not None and products >= HASH_SHARE * dense else AUTO
+    return AUTO if dense_bytes(prog, dims, rshape) <= cap else SPARSE
 
 
 def check_dense(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...],

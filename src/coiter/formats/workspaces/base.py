@@ -44,10 +44,10 @@ typedef struct {{
 /* a (key, value) buffer pair resized to cap entries; nonzero when out of memory (the old
    buffers stay valid) */
 static int coiter_ws_resize_{N}(uint64_t** key, {T}** val, int64_t cap) {{
-  uint64_t* k = (uint64_t*)coiter_realloc(*key, (size_t)cap * sizeof(uint64_t));
+  uint64_t* k = (uint64_t*)coiter_expand(*key, (size_t)cap * sizeof(uint64_t));
   if (!k) return 1;
   *key = k;
-  {T}* v = ({T}*)coiter_realloc(*val, (size_t)cap * sizeof({T}));
+  {T}* v = ({T}*)coiter_expand(*val, (size_t)cap * sizeof({T}));
   if (!v) return 1;
   *val = v;
   return 0;
@@ -80,7 +80,7 @@ static int coiter_ws_fit_{N}(coiter_ws_{N}* w, int fill) {{
   if (coiter_ws_resize_{N}(&w->key, &w->val, cap)) return 1;
   if (fill) {{
     memset(w->key, 0xff, (size_t)cap * sizeof(uint64_t));
-    int64_t* used = (int64_t*)coiter_realloc(w->used, (size_t)(cap / 2 + 1) * sizeof(int64_t));
+    int64_t* used = (int64_t*)coiter_expand(w->used, (size_t)(cap / 2 + 1) * sizeof(int64_t));
     if (!used) return 1;
     w->used = used;
   }}
@@ -172,7 +172,7 @@ static int coiter_ws_radix_acc_{N}(coiter_ws_{N}* w, int64_t m, int bits) {{
 static int coiter_ws_decode_{N}(coiter_ws_{N}* w, int order, const int* shift, const uint64_t* mask) {{
   if (w->all_n > w->crd_cap) {{
     for (int l = 0; l < order; l++) {{
-      int64_t* c = (int64_t*)coiter_realloc(w->crd[l], (size_t)w->all_n * sizeof(int64_t));
+      int64_t* c = (int64_t*)coiter_expand(w->crd[l], (size_t)w->all_n * sizeof(int64_t));
       if (!c) return 1;
       w->crd[l] = c;
     }}
