@@ -14,8 +14,9 @@ many modes the workspace needs; only the call knows the extents. With ``workspac
   contracted index k above the workspace's producer, the factors sharing nothing below k)
   is ``hash`` when the products it takes, counted from the operands at call time (the sum
   over k of each factor's entries under k), are at least ``HASH_SHARE`` of the
-  workspace's dense size: many products then land on the same coordinates, which a hash
-  table combines as they arrive while bucket sorts every one of them.
+  coordinates they can land on (the workspace's dense size, or less: the product of the
+  distinct coordinates of each factor's modes but k): many products then share
+  coordinates, which a hash table combines as they arrive while bucket sorts every one.
 """
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ from ..notation.ast import Access, IndexVar, Mul
 
 AUTO = "auto"
 SPARSE = "hash"
-# products per dense workspace coordinate from which an outer product's workspace is hash:
-# benchmarks/workspaces.py's outer-product study (docs/workspace-studies.md) has the inputs
-# where hash won (FEM matrices, 0.28 to 0.73) well above those where bucket won (< 0.07)
+# products per reachable workspace coordinate from which an outer product's workspace is
+# hash: benchmarks/workspaces.py's outer-product study (docs/workspace-studies.md) has the
+# inputs where hash won (FEM matrices, 0.28 to 0.73) well above those where bucket won (< 0.07)
 HASH_SHARE = 0.25
 ROW_OVERHEAD = 9  # bytes per dense row workspace entry besides the value: list entry, bits (rounded up)
 
@@ -96,15 +97,18 @@ def outer_factors(prog: ConcreteProgram) -> tuple[IndexVar, list[Access]] | None
     return k, factors
 
 
-def outer_products(prog: ConcreteProgram, storages: Mapping[str, Storage]) -> int | None:
-    """Products the sparse workspace of ``prog``'s outer product takes on ``storages``:
-    the sum over the contracted index of each factor's entries there (None when ``prog``
-    is not an outer product into a sparse workspace)."""
+def outer_products(prog: ConcreteProgram, storages: Mapping[str, Storage]) -> tuple[int, int] | None:
+    """Products the sparse workspace of ``prog``'s outer product takes on ``storages`` (the
+    sum over the contracted index of each factor's entries there) and a bound on the
+    coordinates they land on (the product, over each factor's modes but the contracted
+    one, of the distinct coordinates in that mode); None when ``prog`` is not an outer
+    product into a sparse workspace."""
     found = outer_factors(prog)
     if found is None:
         return None
     k, factors = found
     total: np.ndarray | None = None
+    targets = 1
     for a in factors:
         storage = storages.get(prog.tensors[a.tensor].converted_from or a.tensor)
         if storage is None:
@@ -113,7 +117,10 @@ def outer_products(prog: ConcreteProgram, storages: Mapping[str, Storage]) -> in
         coords, _ = storage.to_coords()
         counts = np.bincount(coords[mode], minlength=storage.shape[mode]).astype(np.float64)
         total = counts if total is None else total * counts
-    return int(total.sum()) if total is not None else None
+        for m in range(len(a.indices)):
+            if m != mode:  # distinct coordinates per mode: a bincount, where tuples would sort
+                targets *= int(np.count_nonzero(np.bincount(coords[m], minlength=storage.shape[m])))
+    return (int(total.sum()), targets) if total is not None else None
 
 
 def choose(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...],
@@ -126,9 +133,12 @@ def choose(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[in
     if decl is None:
         return AUTO
     if decl.policy is not None:
-        products = outer_products(prog, storages) if storages is not None else None
-        dense = math.prod(dims[m] for m in decl.modes)
-        return "hash" if products is not None and products >= HASH_SHARE * dense else AUTO
+        counted = outer_products(prog, storages) if storages is not None else None
+        if counted is None:
+            return AUTO
+        products, targets = counted
+        targets = min(targets, math.prod(dims[m] for m in decl.modes))
+        return "hash" if products >= HASH_SHARE * targets else AUTO
     return AUTO if dense_bytes(prog, dims, rshape) <= cap else SPARSE
 
 
