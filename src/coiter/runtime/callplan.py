@@ -54,8 +54,6 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
     if prog.result_conversion is not None:
         return None
     limit = core.row_workspace_limit(prog)
-    if core.chooses_from_operands(prog):
-        return None
     decls = prog.tensors
     if any(d.converted_from is not None for d in decls.values()):
         return None

@@ -32,7 +32,7 @@ from ..notation.reductions import insert_reductions
 from ..formats.workspaces import DENSE, policy_names
 from .autotune import AutoTuner
 from .workspace_choice import (
-    AUTO, check_dense, choose, memory_cap, outer_factors, row_entry_bytes, workspace_decl,
+    AUTO, check_dense, choose, memory_cap, row_entry_bytes, workspace_decl,
 )
 from .compiler import load_library
 from .cuda import load_cuda_library
@@ -242,11 +242,6 @@ class StorageKernel:
         it wins over the per-call choice."""
         return next((str(c.args[4]) for c in self.schedule if c.name == "precompute" and len(c.args) > 4
                      and c.args[4]), "")
-
-    def chooses_from_operands(self, prog: ConcreteProgram) -> bool:
-        """Whether each call picks ``prog``'s sparse workspace policy from its operands
-        (an outer product under "auto"), which the C call path does not do."""
-        return self.workspace == AUTO and not self.scheduled_workspace() and outer_factors(prog) is not None
 
     def row_workspace_limit(self, prog: ConcreteProgram) -> tuple[int, int] | None:
         """For a variant with a dense row workspace that calls choose (or check) per call:
