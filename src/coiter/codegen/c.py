@@ -112,9 +112,10 @@ static void coiter_qsort_index(int64_t* a, int64_t n) {{
 /* a row workspace's flags: one byte per coordinate (dim + 1 of them), marked without a
    branch as coordinates arrive, then a zeroed two-level bitmap that sorting borrows: one bit
    per coordinate, one summary bit per 64-bit word */
+static inline int64_t coiter_row_flag_bytes(int64_t dim) {{ return (dim + 8) & ~(int64_t)7; }}
 static inline int64_t coiter_row_set_bytes(int64_t dim) {{
   int64_t words = (dim >> 6) + 1;
-  return ((dim + 8) & ~(int64_t)7) + 8 * (words + (words >> 6) + 1);
+  return coiter_row_flag_bytes(dim) + 8 * (words + (words >> 6) + 1);
 }}
 
 /* order a workspace's coordinate list a[0..n) (coordinates flagged in set): short lists by
@@ -124,7 +125,7 @@ static inline int64_t coiter_row_set_bytes(int64_t dim) {{
 static void coiter_sort_index(int64_t* restrict a, int64_t n, uint8_t* restrict set, int64_t dim) {{
   if (n < 2) return;
   if (n <= 32) {{ coiter_qsort_index(a, n); return; }}
-  uint64_t* bits = (uint64_t*)(set + ((dim + 8) & ~(int64_t)7));
+  uint64_t* bits = (uint64_t*)(set + coiter_row_flag_bytes(dim));
   uint64_t* summary = bits + (dim >> 6) + 1;
   int64_t lo = a[0], hi = a[0];
   for (int64_t q = 0; q < n; q++) {{

@@ -19,7 +19,7 @@ from ..formats.format import Format, coo, dense
 from ..formats.levels.workspace import WorkspaceList
 from ..formats.workspaces import DENSE, policy_names
 from ..notation.ast import (
-    Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses, rename_index,
+    Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses, factors, rename_index,
 )
 from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Split
 from .races import races, row_assembly
@@ -123,10 +123,6 @@ def random_writes(decl: TensorDecl) -> bool:
     return whole or all(lv.has_insert for lv in decl.format.levels)
 
 
-def _factors(e: Expr) -> list[Expr]:
-    return _factors(e.a) + _factors(e.b) if isinstance(e, Mul) else [e]
-
-
 def _product(fs: list[Expr]) -> Expr:
     out = fs[0]
     for f in fs[1:]:
@@ -146,7 +142,7 @@ def dissolve(prog: ConcreteProgram, w: Where, why: str) -> Stmt:
     (t,) = temps
     tdecl = prog.tensors[t]
     target = prog.tensors[c.lhs.tensor]
-    fs = _factors(c.rhs)
+    fs = factors(c.rhs)
     uses = [f for f in fs if isinstance(f, Access) and f.tensor == t]
     if tdecl.order != 0 or len(uses) != 1 or any(t in {a.tensor for a in accesses(f)} for f in fs if f not in uses):
         raise ScheduleError(f"{why}: {c} does not distribute over the sum computing {t}; "
@@ -492,15 +488,15 @@ def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any,
     vw = IndexVar(w)
     if not isinstance(ws, str) or not _NAME.match(ws) or ws in prog.tensors:
         raise ScheduleError(f"{cmd}: the workspace needs a new tensor name, got {ws!r}")
-    want = Counter(str(f) for f in _factors(expr))
+    want = Counter(str(f) for f in factors(expr))
     hits = [(loops, s) for loops, s in _paths(prog.stmt)
-            if v in loops and not want - Counter(str(f) for f in _factors(s.rhs))]
+            if v in loops and not want - Counter(str(f) for f in factors(s.rhs))]
     if len(hits) != 1:
         raise ScheduleError(f"{cmd}: {expr} must be a product of factors of exactly one assignment "
                             f"inside the loop over {v} (found {len(hits)})")
     loops, target = hits[0]
-    rest = list(_factors(target.rhs))
-    for f in _factors(expr):
+    rest = list(factors(target.rhs))
+    for f in factors(expr):
         rest.remove(next(x for x in rest if str(x) == str(f)))
     vars_expr = {u for a in accesses(expr) for u in a.indices}
     vars_rest = set(target.lhs.indices) | {u for f in rest for a in accesses(f) for u in a.indices}
@@ -537,14 +533,14 @@ def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any,
 def _inserted_workspace(prog: ConcreteProgram, expr: Expr) -> TensorDecl | None:
     """The workspace coiter inserted for a scattered result (see concretize) whose producer
     computes ``expr``, if there is one."""
-    want = Counter(str(f) for f in _factors(expr))
+    want = Counter(str(f) for f in factors(expr))
     for s in walk_stmts(prog.stmt):
         if not isinstance(s, Where):
             continue
         for a in walk_stmts(s.producer):
             decl = prog.tensors[a.lhs.tensor] if isinstance(a, Assign) else None
             if decl is not None and decl.role == "workspace" and \
-                    Counter(str(f) for f in _factors(a.rhs)) == want:
+                    Counter(str(f) for f in factors(a.rhs)) == want:
                 return decl
     return None
 
@@ -603,11 +599,11 @@ def _precompute_derived(prog: ConcreteProgram, cmd: Command, expr: Expr, v: Inde
     loops = [s for s in walk_stmts(prog.stmt) if isinstance(s, Forall) and s.var == v]
     target = loops[0].body if len(loops) == 1 else None
     if not isinstance(target, Assign) or \
-            Counter(str(f) for f in _factors(expr)) - Counter(str(f) for f in _factors(target.rhs)):
+            Counter(str(f) for f in factors(expr)) - Counter(str(f) for f in factors(target.rhs)):
         raise ScheduleError(f"{cmd}: the loop over the derived variable {v} must directly hold one "
                             f"assignment with the factors of {expr}")
-    rest = list(_factors(target.rhs))
-    for f in _factors(expr):
+    rest = list(factors(target.rhs))
+    for f in factors(expr):
         rest.remove(next(x for x in rest if str(x) == str(f)))
     w_v = Access(ws, (v,))
     consumer = replace(loops[0], body=Assign(target.lhs, _product(rest + [w_v]) if rest else w_v,

@@ -192,6 +192,11 @@ def index_vars_of(e: Expr) -> list[IndexVar]:
     return list(seen)
 
 
+def factors(e: Expr) -> list[Expr]:
+    """The factors of a product (``e`` itself when it is no product), left to right."""
+    return factors(e.a) + factors(e.b) if isinstance(e, Mul) else [e]
+
+
 def rename_index(e: Expr, old: IndexVar, new: IndexVar) -> Expr:
     """``e`` with index variable ``old`` replaced by ``new`` in every access."""
     if isinstance(e, Access):

@@ -157,10 +157,6 @@ class StorageKernel:
         self.orders[self.result] = len(assignment.lhs.indices)
         self._has_div = any(isinstance(n, Div) for n in walk(assignment.rhs))
         self._programs: dict[tuple, ConcreteProgram] = {}
-        # the last per-call workspace choice, keyed by the operands' index arrays (shared with
-        # SciPy's): repeated calls on the same operands skip counting their products (a stale
-        # key after the arrays are freed can only cost speed, never correctness)
-        self._last_choice: tuple[tuple, str] | None = None
         self._variants: dict[tuple, Variant] = {}
 
     def keyword(self, name: str) -> str:
@@ -229,13 +225,7 @@ class StorageKernel:
             check_dense(prog, dims, rshape, memory_cap(self.workspace_memory))
         if self.workspace != AUTO or chosen or workspace_decl(prog) is None:
             return self.workspace
-        key = (id(prog), tuple(dims.items()),
-               tuple(id(a) for s in (storages or {}).values() for level in s.levels for a in level.values()))
-        if self._last_choice is not None and self._last_choice[0] == key:
-            return self._last_choice[1]
-        choice = choose(prog, dims, rshape, memory_cap(self.workspace_memory), storages)
-        self._last_choice = (key, choice)
-        return choice
+        return choose(prog, dims, rshape, memory_cap(self.workspace_memory), storages)
 
     def scheduled_workspace(self) -> str:
         """The workspace format a ``precompute`` of the schedule gives ("" when none does):

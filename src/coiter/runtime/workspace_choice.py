@@ -29,7 +29,7 @@ import numpy as np
 from ..concrete.stmt import Assign, ConcreteProgram, Forall, TensorDecl, Where, walk_stmts
 from ..errors import FormatError
 from ..formats.storage import Storage
-from ..notation.ast import Access, IndexVar, Mul
+from ..notation.ast import Access, IndexVar, factors
 
 AUTO = "auto"
 SPARSE = "hash"
@@ -84,17 +84,13 @@ def outer_factors(prog: ConcreteProgram) -> tuple[IndexVar, list[Access]] | None
     assigns = [s for s in walk_stmts(producer) if isinstance(s, Assign)]
     if not isinstance(producer, Forall) or producer.var in decl.modes or len(assigns) != 1:
         return None
-    k, factors, stack, below = producer.var, [], [assigns[0].rhs], set()
-    while stack:
-        e = stack.pop()
-        if isinstance(e, Mul):
-            stack += [e.a, e.b]
-        elif isinstance(e, Access) and k in e.indices and not (set(e.indices) - {k}) & below:
-            below |= set(e.indices) - {k}
-            factors.append(e)
-        else:
+    k, out, below = producer.var, [], set()
+    for e in factors(assigns[0].rhs):
+        if not isinstance(e, Access) or k not in e.indices or (set(e.indices) - {k}) & below:
             return None
-    return k, factors
+        below |= set(e.indices) - {k}
+        out.append(e)
+    return k, out
 
 
 def outer_products(prog: ConcreteProgram, storages: Mapping[str, Storage]) -> tuple[int, int] | None:
@@ -106,10 +102,10 @@ def outer_products(prog: ConcreteProgram, storages: Mapping[str, Storage]) -> tu
     found = outer_factors(prog)
     if found is None:
         return None
-    k, factors = found
+    k, accesses = found
     total: np.ndarray | None = None
     targets = 1
-    for a in factors:
+    for a in accesses:
         storage = storages.get(prog.tensors[a.tensor].converted_from or a.tensor)
         if storage is None:
             return None
@@ -126,8 +122,8 @@ def outer_products(prog: ConcreteProgram, storages: Mapping[str, Storage]) -> tu
 def choose(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[int, ...],
            cap: int, storages: Mapping[str, Storage] | None = None) -> str:
     """The workspace for a call of ``prog`` (concretized with ``"auto"``) on ``storages``:
-    SPARSE when its dense row workspace would exceed ``cap``; hash for an outer product
-    whose products are at least HASH_SHARE of its workspace's dense size; else AUTO
+    SPARSE when its dense row workspace would exceed ``cap``, or for an outer product whose
+    products are at least HASH_SHARE of the coordinates they can reach; else AUTO
     (``prog``'s own)."""
     decl = workspace_decl(prog)
     if decl is None:
@@ -138,7 +134,7 @@ def choose(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tuple[in
             return AUTO
         products, targets = counted
         targets = min(targets, math.prod(dims[m] for m in decl.modes))
-        return "hash" if products >= HASH_SHARE * targets else AUTO
+        return SPARSE if products >= HASH_SHARE * targets else AUTO
     return AUTO if dense_bytes(prog, dims, rshape) <= cap else SPARSE
 
 
