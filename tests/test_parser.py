@@ -67,7 +67,9 @@ def same(actual: object, expected: object) -> None:
         ),
         ("A(i,j) = 0", Assignment(acc("A", i, j), Literal(0))),
         ("A(i,j) = 2.5", Assignment(acc("A", i, j), Literal(2.5))),
-        ("A(i,j) = -1", Assignment(acc("A", i, j), Neg(Literal(1)))),
+        ("A(i,j) = -1", Assignment(acc("A", i, j), Literal(-1))),  # one literal: -2**63 fits int64
+        ("A(i,j) = --1.5", Assignment(acc("A", i, j), Neg(Literal(-1.5)))),
+        ("A(i,j) = -(1)", Assignment(acc("A", i, j), Neg(Literal(1)))),
         ("  y ( i )=A( i , j )*x(j)  ", Assignment(acc("y", i), Mul(acc("A", i, j), acc("x", j)))),
         ("y(i)=+x(i)", Assignment(acc("y", i), acc("x", i))),
         ("y(i) = --x(i)", Assignment(acc("y", i), Neg(Neg(acc("x", i))))),

@@ -503,14 +503,17 @@ def test_numpy_protocol() -> None:
 
 
 def test_to_numpy_sums_duplicates_of_non_unique_storage() -> None:
-    # a hand-built COO storage holding coordinate (1, 2) twice, as a kernel may produce
+    # a hand-built storage holding coordinate (1, 2) twice: its column level must say it is
+    # non-unique ("uc"); COO's unique singleton ("uq") refuses the repeat
     from coiter.formats.storage import Storage
 
     levels = (
         {"pos": np.array([0, 3], dtype=np.int32), "crd": np.array([0, 1, 1], dtype=np.int32)},
         {"crd": np.array([0, 2, 2], dtype=np.int32)},
     )
-    storage = Storage(coiter.coo(2), (2, 3), levels, np.array([1.0, 2.0, 3.0]))
+    with pytest.raises(FormatError, match=r"declared unique.*\(1, 2\)"):
+        Storage(coiter.coo(2), (2, 3), levels, np.array([1.0, 2.0, 3.0])).validate()
+    storage = Storage(coiter.parse_format("uc"), (2, 3), levels, np.array([1.0, 2.0, 3.0]))
     storage.validate()
     t = Tensor._wrap(storage)
     np.testing.assert_array_equal(t.to_numpy(), [[1.0, 0.0, 0.0], [0.0, 0.0, 5.0]])

@@ -8,7 +8,7 @@ import numpy as np
 from .concrete.commands import Command, parse_commands
 from .concrete.stmt import ConcreteProgram
 from .formats.format import Format, FormatLike, as_format, csf, csr, dense
-from .notation.ast import Access, Add, Assignment, accesses
+from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
 from .notation.einsum import parse_einsum
 from .notation.parser import parse
 from .kernel import Kernel
@@ -36,16 +36,35 @@ def _as_assignment(a: AssignmentLike) -> Assignment:
     raise TypeError(f"expected an index-notation string or Assignment, got {type(a).__name__}")
 
 
-def _rename(e: Any, old: str, new: str) -> Any:
-    from .notation.ast import BinaryExpr, Neg
+def _rename(e: Expr, old: str, new: str) -> Expr:
+    return map_accesses(e, lambda a: Access(new, a.indices, a.source) if a.tensor == old else a)
 
-    if isinstance(e, Access):
-        return Access(new, e.indices, e.source) if e.tensor == old else e
-    if isinstance(e, BinaryExpr):
-        return type(e)(_rename(e.a, old, new), _rename(e.b, old, new))
-    if isinstance(e, Neg):
-        return Neg(_rename(e.operand, old, new))
-    return e
+
+def _fresh(name: str, taken: set[str]) -> str:
+    n = 2
+    while f"{name}_{n}" in taken:
+        n += 1
+    return f"{name}_{n}"
+
+
+def _separate_sources(a: Assignment) -> Assignment:
+    """DSL operands are Tensors, named for printing only: distinct Tensors that share a name
+    (with each other or with the result) get distinct names, so none is read as another."""
+    owner: dict[str, Any] = {a.lhs.tensor: a.lhs.source}
+    renamed: dict[int, str] = {}
+    taken = {x.tensor for x in accesses(a.rhs)} | {a.lhs.tensor}
+
+    def separate(x: Access) -> Access:
+        if owner.setdefault(x.tensor, x.source) is x.source:
+            return x
+        if id(x.source) not in renamed:
+            new = _fresh(x.tensor, taken)
+            taken.add(new)
+            owner[new] = x.source
+            renamed[id(x.source)] = new
+        return Access(renamed[id(x.source)], x.indices, x.source)
+
+    return Assignment(a.lhs, map_accesses(a.rhs, separate), a.accumulate)
 
 
 def _prepare(a: Assignment) -> tuple[Assignment, dict[str, str]]:
@@ -231,6 +250,7 @@ def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None
 
 def run_assignment(assignment: Assignment, out_format: FormatLike | None, out_dtype: Any = None):
     """Evaluate a DSL assignment whose accesses carry their Tensors; returns the Storage."""
+    assignment = _separate_sources(assignment)
     tensors: dict[str, Tensor] = {}
     for x in accesses(assignment.rhs):
         if x.source is None:

@@ -213,13 +213,19 @@ def _const(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
-        return str(value)
+        value = int.__index__(value)
+        if -2**31 < value < 2**31:
+            return str(value)
+        if not -2**63 <= value < 2**63:
+            raise ValueError(f"integer constant {value} does not fit int64_t")
+        # a suffix keeps a wide constant 64-bit; -2^63 has no literal of its own in C
+        return f"({value + 1}LL - 1)" if value == -2**63 else f"{value}LL"
     if isinstance(value, float):
         if math.isnan(value):
             return "NAN"
         if math.isinf(value):
             return "INFINITY" if value > 0 else "(-INFINITY)"
-        text = repr(value)
+        text = float.__repr__(float.__float__(value))
         return text if any(c in text for c in ".en") else text + ".0"
     if isinstance(value, complex):
         return f"({_const(value.real)} + {_const(value.imag)} * I)"

@@ -89,9 +89,12 @@ def _read_tns(data: bytes, where: str, format: FormatLike | None, name: str | No
     table = _parse_tns(data, where)
     order = table.shape[1] - 1
     coords_f = table[:, :order].T
-    coords = coords_f.astype(np.int64)
-    if np.any(coords != coords_f):
-        raise FormatError(f"{where}: coordinates must be integers")
+    if coords_f.size and np.abs(coords_f).max() >= 2.0**53:
+        coords = _tns_wide_coordinates(data, where, order)  # float64 rounded them
+    else:
+        coords = coords_f.astype(np.int64)
+        if np.any(coords != coords_f):
+            raise FormatError(f"{where}: coordinates must be integers")
     if coords.size and coords.min() < 1:
         raise FormatError(f"{where}: coordinates are 1-based, found {coords.min()}")
     coords -= 1
@@ -113,6 +116,17 @@ def _parse_tns(data: bytes, where: str) -> np.ndarray:
     if table.shape[0] == 0:
         raise FormatError(f"{where}: no entries, so the order and shape are unknown")
     return table
+
+
+def _tns_wide_coordinates(data: bytes, where: str, order: int) -> np.ndarray:
+    """The coordinate columns parsed as integers (order × nnz): exact beyond 2**53."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return np.loadtxt(io.BytesIO(data), dtype=np.int64, comments="#", ndmin=2,
+                              usecols=range(order)).T.copy()
+    except (ValueError, OverflowError) as e:
+        raise FormatError(f"{where}: coordinates must be integers below 2**63 ({e})") from e
 
 
 def _write_tns(f: IO[bytes], tensor: Tensor) -> None:

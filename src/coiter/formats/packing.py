@@ -5,6 +5,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import FormatError
 from .levels import Level
 
 
@@ -27,6 +28,7 @@ def pack_levels(levels: Sequence[Level], crd: np.ndarray, dims: Sequence[int], v
                 m += 1
             for j in range(k, m + 1):
                 depth[j] = max(depth[j], m + 1)
+    _check_unique_prefixes(levels, crd, depth)
     entry_pos = np.zeros(n, dtype=np.int64)  # each entry's position in the level above
     parent_size = 1
     arrays: list[dict[str, np.ndarray]] = []
@@ -42,3 +44,23 @@ def pack_levels(levels: Sequence[Level], crd: np.ndarray, dims: Sequence[int], v
     vals = np.zeros(parent_size, dtype=values.dtype)
     vals[entry_pos] = values
     return tuple(arrays), vals
+
+
+def _check_unique_prefixes(levels: Sequence[Level], crd: np.ndarray, depth: Sequence[int]) -> None:
+    """A unique level inside a non-unique level's chain (``uqq``) stores a node per entry,
+    so it holds only when no two entries share their coordinates down to it; entries are
+    sorted, so sharing ones are adjacent."""
+    for k, lv in enumerate(levels):
+        if lv.unique and depth[k] > k + 1 and crd.shape[1] > 1:
+            same = np.all(crd[: k + 1, 1:] == crd[: k + 1, :-1], axis=0)
+            if same.any():
+                raise repeated_path_error(k, lv, crd[: k + 1, int(np.argmax(same))])
+
+
+def repeated_path_error(k: int, level: Level, path: np.ndarray, name: str = "") -> FormatError:
+    """The error for level ``k``, declared unique, whose coordinate path ``path`` repeats."""
+    return FormatError(
+        f"{name + ': ' if name else ''}level {k + 1} ({level}) is declared unique, but the coordinates "
+        f"{tuple(int(c) for c in path)} of levels 1..{k + 1} repeat: declare it non-unique "
+        f"(letter 'c' for a singleton, 'u' for a compressed level: 'ucq', not 'uqq', for a "
+        f"3-D COO whose leading pairs repeat)")

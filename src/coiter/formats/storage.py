@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import FormatError, ShapeError
 from .format import Format
-from .packing import pack_levels
+from .packing import pack_levels, repeated_path_error
 
 INT32_MAX = np.iinfo(np.int32).max
 
@@ -137,6 +137,27 @@ class Storage:
             parent = level.validate(arrays, parent, dim, f"{name} level {k + 1} ({level})")
         if self.vals.ndim != 1 or self.vals.shape[0] < parent or not self.vals.flags.c_contiguous:
             raise FormatError(f"{name}: values array has {self.vals.shape[0]} entries, needs {parent}")
+        self._check_unique_paths(name)
+
+    def _check_unique_paths(self, name: str) -> None:
+        """A unique level below a non-unique one is unique over coordinate paths, not only
+        within one parent position: two parents with the same coordinates (COO's repeated
+        rows) must not both hold a child with the same coordinate. Levels check the rest."""
+        levels = self.format.levels
+        first = next((k for k, lv in enumerate(levels) if not lv.unique), None)
+        if first is None or self.format.layout is not None:
+            return
+        pos = np.zeros(1, dtype=np.int64)
+        paths: list[np.ndarray] = []
+        for k, (level, arrays, dim) in enumerate(zip(levels, self.levels, self.level_dims)):
+            pos, parent_index, crd = level.unpack(arrays, pos, dim)
+            paths = [c[parent_index] for c in paths] + [crd.astype(np.int64)]
+            if k > first and level.unique and pos.shape[0] > 1:
+                rows = np.stack(paths)
+                order = np.lexsort(rows[::-1])
+                same = np.all(rows[:, order[1:]] == rows[:, order[:-1]], axis=0)
+                if same.any():
+                    raise repeated_path_error(k, level, rows[:, order[int(np.argmax(same))]], name)
 
     # ------------------------------------------------------------------ packing
 

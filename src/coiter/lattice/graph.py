@@ -26,8 +26,13 @@ def access_edges(access: Access, fmt: Format, *, result: bool = False) -> list[E
         constrained = level.has_append if result else not level.has_locate
         if constrained:
             edges.extend((path[j], path[k]) for j in range(k) if path[j] != path[k])
-            if result:  # an appended coordinate must not repeat under a deeper level's loop
-                edges.extend((path[k], path[m]) for m in range(k + 1, len(path)))
+        if constrained and result:
+            # an appended level's parent positions must arrive in increasing order, so the
+            # levels above it (dense ones too) are visited in storage order, and an
+            # appended coordinate must not repeat under a deeper level's loop
+            edges.extend((path[a], path[b]) for b in range(k) for a in range(b)
+                         if path[a] != path[b])
+            edges.extend((path[k], path[m]) for m in range(k + 1, len(path)))
     return edges
 
 

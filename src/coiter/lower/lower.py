@@ -41,7 +41,7 @@ from .assembly import ParallelAssembly
 from .growth import drop_unread_zero_fill
 from .ism import SparseWorkspaces
 from .derived import DerivedLoops
-from .types import c_index_type, c_value_type
+from .types import c_index_type, c_value_type, typed_literal
 
 C_KEYWORDS = frozenset(
     "auto break case char const continue default do double else enum extern float for goto if "
@@ -621,7 +621,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                 load = Cast(self.vtype[self.result], load)
             return load
         if isinstance(e, Literal):
-            return Const(e.value)
+            return Const(typed_literal(e.value, self.decls[self.result].dtype))
         if isinstance(e, Neg):
             return Un("-", self.expr(e.operand, scope))
         if isinstance(e, BinaryExpr):
@@ -809,6 +809,9 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             out.append(ExprStmt(Call("free", (Var(arr),))))
         for it in iters:  # a later loop over the same access builds its own scratch
             self.views.pop(it, None)
+            # and decides fusion again: another lattice point's loop may merge this iterator
+            # with others, and merged iterators deduplicate coordinate runs
+            self.fused.discard(it)
         for a, g in heads:
             parent = scope.pos.get((a, g.head - 1), ParentPos(Const(0))).lo
             if self.mode != "compute":

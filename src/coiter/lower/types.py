@@ -32,3 +32,29 @@ def c_index_type(dtype: np.dtype) -> str:
     if dtype == np.int64:
         return "int64_t"
     raise DTypeError(f"index arrays must be int32 or int64, got {dtype}")
+
+
+def typed_literal(value: bool | int | float | complex, dtype: np.dtype) -> bool | int | float | complex:
+    """A literal converted to the kernel's computation type ``dtype`` as NumPy converts a
+    Python scalar against an array (NEP 50): an int becomes a float in a floating kernel,
+    and a value that does not fit the type is a DTypeError (NumPy's OverflowError), never
+    a C constant the compiler truncates."""
+    dtype = np.dtype(dtype)
+    if isinstance(value, bool) or dtype.kind == "b":
+        return value
+    if dtype.kind in "fc" and isinstance(value, (int, float)):
+        try:
+            value = float(value)
+        except OverflowError:
+            raise DTypeError(f"the literal {value} is out of range for a {dtype} kernel") from None
+        # in a float32 kernel the literal is a float32, as NumPy makes it
+        if dtype == np.float32:
+            with np.errstate(over="ignore"):  # beyond float32's range: inf, as in NumPy
+                return float(np.float32(value))
+        return value
+    if dtype.kind in "iu" and isinstance(value, int):
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise DTypeError(f"the literal {value} is out of bounds for the {dtype} the kernel "
+                             f"computes in [{info.min}, {info.max}]")
+    return value

@@ -6,7 +6,7 @@ compiler's first stage (:mod:`coiter.concrete.concretize`) consumes them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Union
+from typing import Any, Callable, Iterator, Union
 
 Number = Union[bool, int, float, complex]
 
@@ -69,10 +69,30 @@ class Access(Expr):
 
 @dataclass(frozen=True)
 class Literal(Expr):
+    """A number; its value is always a plain bool, int, float or complex (a subclass's
+    ``__repr__`` or ``__str__`` never reaches generated code)."""
+
     value: Number
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", plain_number(self.value))
 
     def __str__(self) -> str:
         return repr(self.value)
+
+
+def plain_number(value: Any) -> Number:
+    """``value`` as the built-in number type it derives from."""
+    # the base types' own conversions: a subclass cannot override them
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int.__index__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, complex):
+        return complex.__complex__(value)
+    raise TypeError(f"cannot use {type(value).__name__} as a number in a tensor expression")
 
 
 @dataclass(frozen=True)
@@ -80,7 +100,9 @@ class Neg(Expr):
     operand: Expr
 
     def __str__(self) -> str:
-        return f"-{_paren(self.operand)}"
+        # -(1) stays a negation: the parser reads -1 as one literal
+        inner = self.operand
+        return f"-({inner})" if isinstance(inner, Literal) else f"-{_paren(inner)}"
 
 
 @dataclass(frozen=True)
@@ -197,14 +219,20 @@ def factors(e: Expr) -> list[Expr]:
     return factors(e.a) + factors(e.b) if isinstance(e, Mul) else [e]
 
 
+def map_accesses(e: Expr, f: Callable[[Access], Expr]) -> Expr:
+    """``e`` with every access ``a`` replaced by ``f(a)``."""
+    if isinstance(e, Access):
+        return f(e)
+    if isinstance(e, BinaryExpr):
+        return type(e)(map_accesses(e.a, f), map_accesses(e.b, f))
+    if isinstance(e, Neg):
+        return Neg(map_accesses(e.operand, f))
+    if isinstance(e, Reduction):
+        return Reduction(e.var, map_accesses(e.body, f))
+    return e
+
+
 def rename_index(e: Expr, old: IndexVar, new: IndexVar) -> Expr:
     """``e`` with index variable ``old`` replaced by ``new`` in every access."""
-    if isinstance(e, Access):
-        return Access(e.tensor, tuple(new if u == old else u for u in e.indices), e.source)
-    if isinstance(e, BinaryExpr):
-        return type(e)(rename_index(e.a, old, new), rename_index(e.b, old, new))
-    if isinstance(e, Neg):
-        return Neg(rename_index(e.operand, old, new))
-    if isinstance(e, Reduction):
-        return Reduction(e.var, rename_index(e.body, old, new))
-    return e
+    return map_accesses(e, lambda a: Access(
+        a.tensor, tuple(new if u == old else u for u in a.indices), a.source))

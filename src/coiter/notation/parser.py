@@ -176,6 +176,9 @@ class _Parser:
     def unary(self) -> Expr:
         if self.peek.is_op("-"):
             self.advance()
+            if self.peek.kind == "number":
+                # a negative number is one literal (-2**63 fits int64, its magnitude does not)
+                return Literal(-_number_value(self.advance().text))
             return Neg(self.unary())
         if self.peek.is_op("+"):
             # Unary plus is the identity, exactly as Expr.__pos__ treats it.
