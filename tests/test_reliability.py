@@ -127,3 +127,167 @@ def test_tns_coordinates_beyond_2_53_stay_exact(tmp_path):
     (tmp_path / "frac.tns").write_text(f"{big}.5 1 2.5\n")
     with pytest.raises(FormatError, match="integers"):
         coiter.read(tmp_path / "frac.tns")
+
+
+# --------------------------------------------------------------------- the kernel cache
+
+_CACHE_PROGRAM = textwrap.dedent("""
+    import sys
+    import numpy as np, coiter
+    expr = sys.argv[1]
+    x = np.arange(1.0, 6.0)
+    print(float(coiter.evaluate(expr, x=x).to_numpy().sum()))
+""")
+
+
+def _run_in(cache, expr: str = "y(i) = x(i) * 2") -> subprocess.CompletedProcess:
+    env = {**os.environ, "COITER_CACHE_DIR": str(cache)}
+    return subprocess.run([sys.executable, "-c", _CACHE_PROGRAM, expr], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _libraries(cache) -> list:
+    return sorted(cache.glob("*/*.so"), key=lambda p: p.stat().st_mtime)
+
+
+def _expect_sum(result: subprocess.CompletedProcess, expected: float) -> None:
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout) == expected
+
+
+def test_a_truncated_or_garbage_cached_library_is_built_again(tmp_path):
+    cache = tmp_path / "cache"
+    _expect_sum(_run_in(cache), 30.0)
+    (lib,) = _libraries(cache)
+    data = lib.read_bytes()
+    for damaged in (data[: len(data) // 3], b"\x7fELF" + os.urandom(4000)):
+        lib.write_bytes(damaged)  # same owner and mode: only the digest tells
+        _expect_sum(_run_in(cache), 30.0)
+        assert lib.read_bytes() == data or len(lib.read_bytes()) > len(damaged) // 2
+
+
+def test_another_kernels_library_swapped_in_is_built_again(tmp_path):
+    cache = tmp_path / "cache"
+    _expect_sum(_run_in(cache, "y(i) = x(i) * 2"), 30.0)
+    _expect_sum(_run_in(cache, "y(i) = x(i) * 3"), 45.0)
+    times2, times3 = _libraries(cache)
+    for suffix in ("", ".sha256"):  # the library and its digest both copied over
+        src = times3.with_name(times3.name + suffix)
+        times2.with_name(times2.name + suffix).write_bytes(src.read_bytes())
+    _expect_sum(_run_in(cache, "y(i) = x(i) * 2"), 30.0)
+
+
+def test_a_library_others_may_write_is_not_loaded(tmp_path):
+    cache = tmp_path / "cache"
+    _expect_sum(_run_in(cache, "y(i) = x(i) * 2"), 30.0)
+    _expect_sum(_run_in(cache, "y(i) = x(i) * 3"), 45.0)
+    times2, times3 = _libraries(cache)
+    # a planted library: the other kernel's code, sealed for this key, but world-writable
+    times2.write_bytes(times3.read_bytes())
+    from coiter.runtime import trust
+    trust.seal(times2.stem, times2)
+    os.chmod(times2, 0o666)
+    _expect_sum(_run_in(cache, "y(i) = x(i) * 2"), 30.0)
+
+
+def test_files_of_another_user_are_not_trusted(tmp_path, monkeypatch):
+    from coiter.runtime import trust
+    f = tmp_path / "lib.so"
+    f.write_bytes(b"x")
+    os.chmod(f, 0o644)
+    assert trust.owned_file(f)
+    monkeypatch.setattr(trust, "_uid", lambda: os.getuid() + 1)
+    assert not trust.owned_file(f)
+    with pytest.raises(coiter.CacheError, match="another user owns it"):
+        trust.private_dir(tmp_path)
+
+
+def test_unusable_cache_folders_raise_cache_errors(tmp_path, monkeypatch):
+    x = np.arange(3.0)
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    for where, message in ((a_file, "cannot use"), (open_dir, "anyone may write it")):
+        monkeypatch.setenv("COITER_CACHE_DIR", str(where))
+        with pytest.raises(coiter.CacheError, match=message):
+            coiter.compile("y(i) = x(i) * 7", formats={"x": "d", "y": "d"})(x=x)
+
+
+def test_a_planted_autotune_schedule_is_ignored(tmp_path, monkeypatch):
+    from coiter.runtime import autotune
+    store = tmp_path / "autotune.json"
+    monkeypatch.setenv("COITER_AUTOTUNE_FILE", str(store))
+    rng = np.random.default_rng(3)
+    a, x = random_array(rng, (60, 50), 0.1), rng.random(50)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="auto")
+    check(k(A=tensor(a, "csr"), x=x), a @ x)
+    key = next(iter(autotune._load()))
+    planted = "parallelize(i,CPUThread,IgnoreRaces)"
+    store.write_text('{"%s": "%s"}' % (key, planted))
+    fresh = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="auto")
+    check(fresh(A=tensor(a, "csr"), x=x), a @ x)
+    assert planted not in {str(c) for w in fresh.core.tuner.winners.values() for c in w}
+    os.chmod(store, 0o666)
+    assert autotune._load() == {}
+
+
+# --------------------------------------------------------------------- crashes (in subprocesses)
+
+def _subprocess(program: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(program)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_simd_reduction_into_a_result_entry_runs_in_a_scalar():
+    # omp simd reduction(+: A_vals[:whole result]) put a copy of the result per lane on the stack
+    result = _subprocess("""
+        import numpy as np, coiter
+        rng = np.random.default_rng(0)
+        B, C = rng.random((16, 16, 16)), rng.random((16, 16))
+        k = coiter.compile("A(i,j,l) = B(i,j,k) * C(k,l)", formats={"B": "sss"}, schedule=(
+            "pos(k,kpos,B(i,j,k)),split(kpos,kpos1,kpos2,8),reorder(i,j,kpos1,l,kpos2),"
+            "parallelize(kpos2,CPUVector,ParallelReduction)"))
+        assert "A_vals[:" not in k.source
+        out = k(B=coiter.Tensor.from_numpy(B, format="sss"), C=C).to_numpy()
+        np.testing.assert_allclose(out, np.einsum("ijk,kl->ijl", B, C), rtol=1e-12)
+        print("ok")
+    """)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_thread_reduction_into_a_large_result_does_not_copy_it_onto_stacks():
+    result = _subprocess("""
+        import numpy as np, scipy.sparse as sp, coiter
+        rng = np.random.default_rng(0)
+        n, nnz = 4_000_000, 100_000
+        A = sp.csr_array((rng.random(nnz), (rng.integers(0, 500, nnz), rng.integers(0, n, nnz))),
+                         shape=(500, n))
+        x = rng.random(500)
+        k = coiter.compile("y(j) = A(i,j) * x(i)", formats={"A": "csr"},
+                           schedule="parallelize(i,CPUThread,ParallelReduction)")
+        for threads in (1, 2):
+            np.testing.assert_allclose(k(A=A, x=x, threads=threads).to_numpy(), A.T @ x, rtol=1e-12)
+        small = sp.csr_array(A[:, :1000])
+        np.testing.assert_allclose(k(A=small, x=x, threads=2).to_numpy(), small.T @ x, rtol=1e-12)
+        print("ok")
+    """)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_scipy_index_arrays_changed_in_place_are_validated_again():
+    result = _subprocess("""
+        import numpy as np, scipy.sparse as sp, coiter
+        A = sp.random(50, 50, 0.1, format="csr", random_state=0)
+        x = np.ones(50)
+        k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+        np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
+        A.indices[:] = 10**9
+        try:
+            k(A=A, x=x)
+        except coiter.FormatError as e:
+            print("FormatError", e)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("FormatError A level 2"), result.stdout

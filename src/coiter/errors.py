@@ -46,3 +46,7 @@ class CompileError(CoiterError, RuntimeError):
 
 class KernelError(CoiterError, RuntimeError):
     """A generated kernel reported a run-time failure (out of memory, index overflow)."""
+
+
+class CacheError(CoiterError, RuntimeError):
+    """The kernel cache folder cannot be used (not a folder, or writable by other users)."""

@@ -135,8 +135,22 @@ def _segments_canonical(pos: np.ndarray, crd: np.ndarray) -> bool:
 # Index arrays of SciPy operands checked already (kept alive here, so their memory is not
 # reused): calling a kernel again on the same matrix skips the O(nnz) checks. Like SciPy's
 # own has_canonical_format flag, this trusts that index arrays are not rewritten in place.
-_CHECKED: OrderedDict[tuple, tuple[np.ndarray, np.ndarray, bool]] = OrderedDict()
+_CHECKED: OrderedDict[tuple, tuple[np.ndarray, np.ndarray, bool, bytes]] = OrderedDict()
 _CHECKED_MAX = 32
+_FINGERPRINT_SAMPLES = 64
+
+
+def _fingerprint(pos: np.ndarray, crd: np.ndarray) -> bytes:
+    """A cheap witness that validated index arrays were not changed in place since: both
+    ends and evenly spaced samples of each (a few microseconds; validating again costs as
+    much as a sparse kernel). A change no sample sees is not detected: documented in
+    docs/errors.md, which says to pass changed arrays as a new matrix."""
+    out = b""
+    for a in (pos, crd):
+        n = a.shape[0]
+        if n:
+            out += a[np.linspace(0, n - 1, min(n, _FINGERPRINT_SAMPLES)).astype(np.intp)].tobytes()
+    return out
 
 
 def _checked_structure(pos: np.ndarray, crd: np.ndarray, shape: tuple[int, int], layout: Format,
@@ -145,14 +159,14 @@ def _checked_structure(pos: np.ndarray, crd: np.ndarray, shape: tuple[int, int],
     whether its segments are canonical; remembered for the same arrays."""
     key = (pos.ctypes.data, crd.ctypes.data, pos.shape, crd.shape, pos.dtype.str, shape, layout.ordering)
     hit = _CHECKED.get(key)
-    if hit is not None and hit[0] is pos and hit[1] is crd:
+    if hit is not None and hit[0] is pos and hit[1] is crd and hit[3] == _fingerprint(pos, crd):
         _CHECKED.move_to_end(key)
         return hit[2]
     # Check the structure before anything (including SciPy's own C++ routines) indexes with it.
     loose = Format([Dense(), Compressed(ordered=False, unique=False)], layout.ordering)
     Storage(loose, shape, ({}, {"pos": pos, "crd": crd}), np.zeros(crd.shape[0])).validate(name)
     canonical = _segments_canonical(pos, crd)
-    _CHECKED[key] = (pos, crd, canonical)
+    _CHECKED[key] = (pos, crd, canonical, _fingerprint(pos, crd))
     if len(_CHECKED) > _CHECKED_MAX:
         _CHECKED.popitem(last=False)
     return canonical

@@ -40,6 +40,7 @@ from ..notation.ast import (
 from .assembly import ParallelAssembly
 from .growth import drop_unread_zero_fill
 from .ism import SparseWorkspaces
+from .reductions import atomic_updates, scalar_accumulation
 from .derived import DerivedLoops
 from .types import c_index_type, c_value_type, typed_literal
 
@@ -54,6 +55,9 @@ C_KEYWORDS = frozenset(
 )
 
 MODES = ("fused", "assemble", "compute")
+# a thread loop reduces into private copies of the result on each thread's stack up to
+# this size, and updates the result atomically beyond it
+ARRAY_REDUCTION_BYTES = 1 << 20
 TARGETS = ("c", "cuda")
 
 # Rows vary in cost (sparse rows): threads take chunks of rows as they finish. A chunk is
@@ -921,17 +925,45 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         pragma = self._loop_pragma(f, scope, body) if parallel else None
         unit = f.unit if f.unit.startswith("GPU") else ""
         loop = For(var, "int64_t", lo, hi, block(body), pragma, f.unroll, unit)
+        if pragma is not None and f.unit == "CPUVector" and self._result_races(f):
+            # lanes sum into a scalar; where the loop moves across result entries, it stays
+            # a plain loop (a simd array reduction copies the whole result per lane)
+            summed = scalar_accumulation(loop, self.vals(self.result), self.vtype[self.result],
+                                         self._unique(f"{self.vals(self.result)}_lane_sum"))
+            return summed if summed is not None else replace(loop, pragma=None)
         if pragma is None or not pragma.startswith("omp parallel"):
             return loop
         serial = For(var, "int64_t", lo, hi, block(body), None, f.unroll, unit)
-        parallel: list[IRStmt] = [loop]
+        head: list[IRStmt] = []
         if CHUNK in pragma:
             name = self._unique(CHUNK)
             loop = replace(loop, pragma=pragma.replace(CHUNK, name))
             rows = hi if lo == Const(0) else Bin("-", hi, lo)
-            chunk = Call("coiter_chunk_rows", (rows, Call("COITER_THREADS", ())))
-            parallel = [Decl("int64_t", name, chunk), loop]
-        return If(Bin(">", Call("COITER_THREADS", ()), Const(1)), block(parallel), block(serial))
+            head = [Decl("int64_t", name, Call("coiter_chunk_rows", (rows, Call("COITER_THREADS", ()))))]
+        parallel = self._bounded_array_reduction(f, loop)
+        return If(Bin(">", Call("COITER_THREADS", ()), Const(1)), block(*head, parallel), block(serial))
+
+    def _bounded_array_reduction(self, f: Forall, loop: For) -> IRStmt:
+        """``loop``, whose threads each sum into a private copy of the result on their stack
+        when it reduces into a result array: so only while the result is small, and with
+        atomic updates beyond (a 32 MiB result overflowed a thread's stack)."""
+        clause = self._array_reduction_clause()
+        if loop.pragma is None or clause not in loop.pragma or "complex" in self.vtype[self.result]:
+            return loop
+        atomic = atomic_updates(loop.body, self.vals(self.result))
+        if atomic is None:
+            return loop
+        size: IRExpr = Call("sizeof", (Var(self.vtype[self.result]),))
+        for k in range(self.decls[self.result].order):
+            size = mul(size, Var(self.names(self.result, k).dimension.name))
+        unreduced = replace(loop, body=atomic, pragma=loop.pragma.replace(f" {clause}", ""))
+        return If(Bin("<=", size, Const(ARRAY_REDUCTION_BYTES)), block(loop), block(unreduced))
+
+    def _array_reduction_clause(self) -> str:
+        """OpenMP's reduction of the whole result array (a private copy per thread)."""
+        size = " * ".join(self.names(self.result, k).dimension.name
+                          for k in range(self.decls[self.result].order)) or "1"
+        return f"reduction(+: {self.vals(self.result)}[:{size}])"
 
     def _loop_pragma(self, f: Forall, scope: Scope, body: list[IRStmt]) -> str | None:
         """The OpenMP pragma for the loop of ``f``: its schedule's parallel unit and race
@@ -952,10 +984,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             for r in races(self.prov, f, self.decls):
                 if r.role == "temp" and self.decls[r.access.tensor].order == 0:
                     clauses.append(f"reduction(+: {self.cn[r.access.tensor]})")
-                elif r.role == "result":
-                    size = " * ".join(self.names(self.result, k).dimension.name
-                                      for k in range(self.decls[self.result].order)) or "1"
-                    clauses.append(f"reduction(+: {self.vals(self.result)}[:{size}])")
+                elif r.role == "result" and f.unit != "CPUVector":  # see _for
+                    clauses.append(self._array_reduction_clause())
         if f.unit == "CPUVector":
             pragma = " ".join(["omp simd", *clauses])
         else:
@@ -965,6 +995,11 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             raise ScheduleError(f"parallelize({f.var}): the loop allocates memory that may fail "
                                 "(a sparse result or a workspace); it cannot run in parallel")
         return pragma
+
+    def _result_races(self, f: Forall) -> bool:
+        """Whether iterations of ``f`` sum into shared result entries (a reduction race)."""
+        return f.race in ("Temporary", "ParallelReduction") and any(
+            r.role == "result" for r in races(self.prov, f, self.decls))
 
     def _atomic(self, lhs: Access) -> bool:
         """Whether a write to ``lhs`` races in an enclosing loop parallelized with Atomics."""

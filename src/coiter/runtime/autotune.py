@@ -7,6 +7,7 @@ candidate's result is checked against the default schedule's before its time cou
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from ..concrete.stmt import ConcreteProgram
 from ..errors import ScheduleError
 from ..formats.storage import Storage
 from .compiler import cache_dir
+from .trust import owned_file
 
 REPEAT = 3
 # results may differ in the last bits: atomics and reductions reorder sums
@@ -48,22 +50,36 @@ def _store() -> Path:
 
 
 def _load() -> dict[str, str]:
+    """The stored winners; nothing from a file another user could have written."""
+    path = _store()
+    if not owned_file(path):
+        return {}
     try:
-        return json.loads(_store().read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _save(key: str, value: str) -> None:
-    """Add one winner to the store (written whole and renamed, so readers never see half)."""
-    data = _load()
-    data[key] = value
+    """Add one winner to the store (written whole and renamed, so readers never see half;
+    under a lock, so two processes saving at once both keep their winners)."""
     path = _store()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = _load()
+        data[key] = value
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+
+
+def _spelled(commands: tuple[Command, ...]) -> str:
+    return ",".join(str(c) for c in commands)
 
 
 def _same(a: Storage, b: Storage) -> bool:
@@ -106,11 +122,12 @@ class AutoTuner:
         cls = size_class(storages)
         if cls in self.winners:
             return self.winners[cls]
+        candidates = templates(prog, self.target)
         stored = _load().get(f"{self.key}|{cls}")
-        if stored is not None:
+        # a stored winner is taken only if it is one of the schedules a search would try
+        if stored is not None and stored in {"", *(_spelled(c.commands) for c in candidates)}:
             self.winners[cls] = parse_commands(stored) if stored else ()
             return self.winners[cls]
-        candidates = templates(prog, self.target)
         if not candidates:
             raise ScheduleError(f"schedule='auto': no {self.target} template applies to {prog.stmt}")
         expected = reference()
@@ -126,5 +143,5 @@ class AutoTuner:
                 best = (seconds, cand.commands)
         self.trials[cls] = trials
         self.winners[cls] = best[1]
-        _save(f"{self.key}|{cls}", ",".join(str(c) for c in best[1]))
+        _save(f"{self.key}|{cls}", _spelled(best[1]))
         return best[1]

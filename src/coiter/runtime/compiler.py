@@ -2,8 +2,10 @@
 
 Disk layout: ``<cache_dir>/<key[:2]>/<key>.so`` with the source beside it as ``<key>.c``
 (``<key>.cu`` for CUDA, see :mod:`coiter.runtime.cuda`), where ``key`` is the sha256 of the source, the compiler command, its ``--version`` output and
-the flags. Publishing is atomic (compile to a temporary file, then ``os.replace``), so any
-number of threads or processes may compile the same source at once.
+the flags, and the library's digest for its key as ``<key>.so.sha256``: a library is loaded
+only when it and its digest are the user's own and match (:mod:`coiter.runtime.trust`).
+Publishing is atomic (compile to a temporary file, then ``os.replace``), so any number of
+threads or processes may compile the same source at once.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from typing import Callable
 import platformdirs
 
 from coiter.errors import CompileError
+
+from .trust import private_dir, seal, sealed
 
 DEFAULT_CC = "cc"
 DEFAULT_CFLAGS = "-O3 -march=native -fPIC -std=c11"
@@ -95,12 +99,12 @@ def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str
     """Build ``source`` (saved with ``suffix``) into a shared library with ``toolchain``,
     or return the cached one; ``language`` names the compiler in errors."""
     key = _cache_key(source, toolchain)
-    shard = cache_dir() / key[:2]
+    shard = private_dir(private_dir(cache_dir()) / key[:2])
     so_path = shard / f"{key}.so"
     c_path = shard / f"{key}{suffix}"
-    if so_path.exists():
+    if sealed(key, so_path):
         return so_path
-    shard.mkdir(parents=True, exist_ok=True)
+    # missing, or not verifiably what this key built (truncated, swapped, planted): build it
     _write_atomically(c_path, source)
 
     fd, tmp_name = tempfile.mkstemp(prefix=f".{key}.", suffix=".so.tmp", dir=shard)
@@ -120,6 +124,7 @@ def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str
         # mkstemp creates mode 0600; a shared COITER_CACHE_DIR needs the library readable.
         os.chmod(tmp_path, 0o644)
         os.replace(tmp_path, so_path)
+        seal(key, so_path)
     finally:
         tmp_path.unlink(missing_ok=True)
     return so_path
