@@ -291,3 +291,72 @@ def test_scipy_index_arrays_changed_in_place_are_validated_again():
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("FormatError A level 2"), result.stdout
+
+
+# --------------------------------------------------------------------- integers that reach C
+
+@pytest.mark.parametrize("schedule, message", [
+    (f"split(i,i0,i1,{2**70})", "split factor must be an integer from 1 to 2147483647"),
+    ("split(i,i0,i1,0)", "split factor"),
+    (f"unroll(i,{10**9})", "unroll factor must be an integer from 1 to 4096"),
+    (f"bound(i,ib,{2**70},MaxExact)", "bound must be an integer from 0"),
+])
+def test_schedule_integers_beyond_their_c_type_are_schedule_errors(schedule, message):
+    with pytest.raises(coiter.ScheduleError, match=message):
+        coiter.compile("y(i) = x(i) * 2", schedule=schedule)
+
+
+def test_result_whose_dense_positions_overflow_int64_is_a_shape_error():
+    coords = np.array([[0, 2**32 - 1], [0, 2**32 - 1], [1, 3]])
+    b = coiter.Tensor.from_coo(coords, np.array([1.0, 2.0]), (2**32, 2**32, 4))
+    with pytest.raises(coiter.ShapeError, match="dense level 2 would hold 18446744073709551616"):
+        coiter.evaluate("A(i,j,k) = B(i,j,k) * 2", out_format="dds", B=b)
+    with pytest.raises(coiter.ShapeError, match="int64_t"):
+        coiter.Tensor.from_coo(np.zeros((2, 0), dtype=np.int64), np.zeros(0), (2**64, 4))
+    # the same tensor into a sparse result computes
+    out = coiter.evaluate("A(i,j,k) = B(i,j,k) * 2", out_format="sss", B=b)
+    got_coords, got_vals = out.storage.to_coords()
+    assert got_coords.tolist() == coords.tolist() and got_vals.tolist() == [2.0, 4.0]
+
+
+def test_empty_trailing_dimension_into_a_sparse_level():
+    out = coiter.evaluate("A(i,j,k) = B(i,j,k) * 2", out_format="dsd", B=np.zeros((3, 4, 0)))
+    assert out.to_numpy().shape == (3, 4, 0)
+
+
+# --------------------------------------------------------------------- internal errors
+
+@pytest.mark.parametrize("name", ["NAN", "INFINITY", "INT32_MAX", "_Bool", "__func__", "A2_crd",
+                                  "A2_pos", "A_vals", "pA2", "free", "malloc", "coiter_x", "EOF"])
+def test_index_variables_named_like_c_identifiers(name):
+    rng = np.random.default_rng(4)
+    a, x = random_array(rng, (6, 5), 0.5), rng.random(5)
+    check(coiter.evaluate(f"y({name}) = A({name},j) * x(j)", A=tensor(a, "csr"), x=x), a @ x)
+    check(coiter.evaluate(f"Y({name},j) = A({name},k) * A(j,k)", A=tensor(a, "csr"),
+                          out_format="csr"), a @ a.T)
+
+
+@pytest.mark.parametrize("name", ["free", "A2_pos", "y_old", "_B", "NAN"])
+def test_tensors_named_like_c_identifiers(name):
+    rng = np.random.default_rng(5)
+    a, x = random_array(rng, (6, 5), 0.5), rng.random(5)
+    out = coiter.evaluate(f"y(i) = {name}(i,j) * x(j) + A(i,j) * x(j)",
+                          **{name: tensor(a, "csr")}, A=tensor(a, "csr"), x=x)
+    check(out, 2 * (a @ x))
+
+
+@pytest.mark.parametrize("fmt", ["dia", "ell", "bcsr", "bcoo", "csb"])
+def test_layout_operand_accessed_twice_with_other_indices(fmt):
+    rng = np.random.default_rng(6)
+    c = random_array(rng, (6, 6), 0.4)
+    t = coiter.Tensor.from_numpy(c, format=getattr(coiter, fmt)())
+    check(coiter.evaluate("a = C(i,j) * C(j,i)", C=t), np.array(np.sum(c * c.T)))
+    check(coiter.evaluate("A(i,j) = C(i,j) * C(j,i)", C=t), c * c.T)
+
+
+def test_precompute_of_a_whole_dot_product():
+    b, c = np.arange(4.0), np.arange(4.0) + 1
+    k = coiter.compile("a = B(i) * C(i)", schedule="precompute(B(i)*C(i),i,i,w)")
+    check(k(B=b, C=c), np.array(b @ c))
+    k = coiter.compile("a = B(i) * C(i) * D(i)", schedule="precompute(B(i)*C(i),i,i,w)")
+    check(k(B=b, C=c, D=c), np.array(np.sum(b * c * c)))

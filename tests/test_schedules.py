@@ -342,7 +342,7 @@ def test_parallel_assembly_with_empty_blocks_of_rows() -> None:
 
 @pytest.mark.parametrize("schedule, message", [
     ("split(q,q0,q1,4)", "no loop over index variable 'q'"),
-    ("split(i,i0,i1,0)", "positive integer"),
+    ("split(i,i0,i1,0)", "an integer from 1 to"),
     ("split(i,j,i1,4)", "already used"),
     ("reorder(j,i)", "out of its storage order"),
     ("fuse(i,j,f),pos(f,fpos,A(i,j)),split(fpos,p0,p1,8),parallelize(p0,CPUThread,NoRaces)", "race on y(i)"),
@@ -351,7 +351,7 @@ def test_parallel_assembly_with_empty_blocks_of_rows() -> None:
     ("parallelize(i,CPUThread,NoRaces),split(i,i0,i1,4)", "no transformation may follow parallelize"),
     ("pos(i,ip,A(i,j))", "level 1 of A (dense) has no positions"),
     ("pos(j,jp,B(i,j))", "is not an operand access"),
-    ("unroll(j,-1)", "positive integer"),
+    ("unroll(j,-1)", "an integer from 1 to"),
     ("bound(j,jb,4,Exactly)", "bound kind must be one of"),
     ("precompute(A(i,j)*z(j),j,j,w)", "exactly one assignment"),
     ("parallelize(i,CPUThread,NoRaces,sometimes)", "chunking"),

@@ -61,6 +61,10 @@ def _check_name(name: str | None) -> str:
     return name
 
 
+# the largest extent kernels index with int64_t coordinates
+MAX_DIMENSION = 2**63 - 1
+
+
 def _check_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
     """Shape as a tuple of non-negative Python ints (an int means a vector)."""
     try:
@@ -70,6 +74,8 @@ def _check_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
         raise ShapeError(f"shape must be a sequence of integers, got {shape!r}") from None
     if any(d < 0 for d in out):
         raise ShapeError(f"negative dimension in shape {out}")
+    if any(d > MAX_DIMENSION for d in out):
+        raise ShapeError(f"dimension beyond {MAX_DIMENSION} (int64_t) in shape {out}")
     return out
 
 

@@ -110,8 +110,9 @@ class _Expander:
                 if a not in plain and not self._can_split(a, result_dense, uses, plain):
                     plain.add(a)
                     changed = True
+        original = dict(self.formats)  # expanding an access replaces its tensor's format
         for a in uses:
-            fmt = self.formats[a.tensor]
+            fmt = original[a.tensor]
             if fmt.layout is None:
                 continue
             if a not in plain:

@@ -85,9 +85,17 @@ def _fresh(prog: ConcreteProgram, cmd: Command, *names: Any) -> tuple[IndexVar, 
     return tuple(IndexVar(n) for n in names)
 
 
-def _positive(cmd: Command, value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ScheduleError(f"{cmd}: {what} must be a positive integer, got {value!r}")
+# Integers a schedule prints into C: factors multiply coordinates in int64_t arithmetic
+# (2**31 keeps every product in range), GCC unrolls at most 65534 times and a body copied more
+# than a few thousand times only slows the compiler down.
+MAX_FACTOR = 2**31 - 1
+MAX_UNROLL = 4096
+MAX_BOUND = 2**62
+
+
+def _positive(cmd: Command, value: Any, what: str, most: int = MAX_FACTOR) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ScheduleError(f"{cmd}: {what} must be an integer from 1 to {most}, got {value!r}")
     return value
 
 
@@ -391,8 +399,8 @@ def _bound(prog: ConcreteProgram, cmd: Command, i: Any, ib: Any, value: Any, kin
     (vb,) = _fresh(prog, cmd, ib)
     if kind not in BOUND_KINDS:
         raise ScheduleError(f"{cmd}: bound kind must be one of {', '.join(BOUND_KINDS)}, got {kind!r}")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ScheduleError(f"{cmd}: the bound must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BOUND:
+        raise ScheduleError(f"{cmd}: the bound must be an integer from 0 to {MAX_BOUND}, got {value!r}")
     if isinstance(Provenance(prog.env.relations).defining(v), (Pos, Fuse, Coord)):
         raise ScheduleError(f"{cmd}: {v} walks positions or fused pairs, whose extent is not known "
                             "before the kernel runs; bound a coordinate or a split piece")
@@ -401,7 +409,7 @@ def _bound(prog: ConcreteProgram, cmd: Command, i: Any, ib: Any, value: Any, kin
 
 def _unroll(prog: ConcreteProgram, cmd: Command, i: Any, factor: Any) -> ConcreteProgram:
     v = _loop(prog, cmd, i)
-    n = _positive(cmd, factor, "the unroll factor")
+    n = _positive(cmd, factor, "the unroll factor", MAX_UNROLL)
     return _with(prog, _map_loops(prog.stmt, v, lambda f: replace(f, unroll=n)))
 
 
@@ -502,7 +510,9 @@ def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any,
     vars_rest = set(target.lhs.indices) | {u for f in rest for a in accesses(f) for u in a.indices}
     if v not in vars_expr:
         raise ScheduleError(f"{cmd}: {expr} is not indexed by {v}")
-    reduced = vars_expr - vars_rest
+    # summed inside the workspace's producer; never v, which indexes the workspace the
+    # consumer reads (a whole dot product precomputed: the consumer still sums w(i) over i)
+    reduced = vars_expr - vars_rest - {v}
     shared = (vars_expr & vars_rest) - {v}
     start = min(loops.index(u) for u in reduced | {v})
     below = set(loops[start:])

@@ -15,7 +15,6 @@ so the position counters replay exactly).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
@@ -39,20 +38,11 @@ from ..notation.ast import (
 )
 from .assembly import ParallelAssembly
 from .growth import drop_unread_zero_fill
+from .names import Namer
 from .ism import SparseWorkspaces
 from .reductions import atomic_updates, scalar_accumulation
 from .derived import DerivedLoops
 from .types import c_index_type, c_value_type, typed_literal
-
-C_KEYWORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if "
-    "inline int long register restrict return short signed sizeof static struct switch typedef "
-    "union unsigned void volatile while bool true false complex I NULL main "
-    # C++ and CUDA names, for kernels nvcc compiles
-    "new delete class this template typename namespace using private public protected virtual "
-    "operator friend try catch throw explicit mutable nullptr export "
-    "threadIdx blockIdx blockDim gridDim warpSize dim3".split()
-)
 
 MODES = ("fused", "assemble", "compute")
 # a thread loop reduces into private copies of the result on each thread's stack up to
@@ -72,16 +62,6 @@ WORK_PARAM = "coiter_work"
 NUM_THREADS = "num_threads(COITER_THREADS())"
 BOUND_ERROR = 3  # kernel return code: a bound() promise does not hold
 LOCAL_TEMP = 256  # precomputed workspaces of at most this many values live on the stack
-
-
-def sanitize(name: str) -> str:
-    """A C identifier derived from a user-chosen name (never the raw name)."""
-    s = re.sub(r"[^0-9A-Za-z_]", "_", name) or "_"
-    if s[0].isdigit():
-        s = "T" + s
-    if s in C_KEYWORDS or s.startswith("coiter"):
-        s += "_"
-    return s
 
 
 # ------------------------------------------------------------------ kernel description
@@ -322,10 +302,9 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         self.decls: Mapping[str, TensorDecl] = prog.tensors
         self.mode = mode
         self.name = name
-        self.used: set[str] = set()
-        self.cn: dict[str, str] = {}
-        for t in self.decls:
-            self.cn[t] = self._unique(sanitize(t))
+        self.namer = Namer()
+        self.used = self.namer.used
+        self.cn: dict[str, str] = self.namer.tensors(list(self.decls))
         # a sparse workspace's coordinates are decoded from 64-bit keys
         self.itype = {t: c_index_type(index_types.get(t, np.dtype(np.int64)) if d.policy is None
                                       else np.dtype(np.int64)) for t, d in self.decls.items()}
@@ -384,12 +363,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
 
     # -- naming --------------------------------------------------------------------------
     def _unique(self, base: str) -> str:
-        name, n = base, 1
-        while name in self.used or name in C_KEYWORDS:
-            name = f"{base}_{n}"
-            n += 1
-        self.used.add(name)
-        return name
+        return self.namer.unique(base)
 
     def names(self, tensor: str, k: int) -> LevelNames:
         return LevelNames(self.cn[tensor], k + 1)
@@ -399,7 +373,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
 
     def var(self, v: IndexVar) -> str:
         if v not in self.vn:
-            self.vn[v] = self._unique(sanitize(v.name))
+            self.vn[v] = self.namer.user(v.name)
         return self.vn[v]
 
     # -- result groups -------------------------------------------------------------------

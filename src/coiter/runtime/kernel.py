@@ -333,6 +333,7 @@ class StorageKernel:
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.assignment.lhs.indices)
+        _check_dense_positions(self.result, self.formats[self.result], rshape)
         prog = self.program(dtypes, commands)
         workspace = self.workspace_for(prog, dims, rshape, storages)
         prog = self.program(dtypes, commands, workspace=workspace)
@@ -482,3 +483,21 @@ class StorageKernel:
             values = np.zeros(size, dtype=rdecl.dtype)
         return Storage(rfmt, rshape, levels, values)
 
+
+
+# positions a result level may hold: dense levels multiply their parents' positions, and
+# kernels compute positions in int64_t
+MAX_POSITIONS = 2**62
+
+
+def _check_dense_positions(name: str, fmt: Format, shape: tuple[int, ...]) -> None:
+    """ShapeError when a full (dense) level of result ``name`` would have more positions
+    than int64_t arithmetic holds (a (2**32, 2**32, 4) result stored dds)."""
+    if fmt.layout is not None:  # computed in its assembly format, checked there
+        fmt = fmt.assembly_format()
+    positions = 1
+    for level, mode in zip(fmt.levels, fmt.ordering):
+        positions *= shape[mode]
+        if level.full and positions > MAX_POSITIONS:
+            raise ShapeError(f"result {name} of shape {shape} in format {fmt}: its dense level "
+                             f"{mode + 1} would hold {positions} positions, more than {MAX_POSITIONS}")
