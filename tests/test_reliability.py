@@ -360,3 +360,30 @@ def test_precompute_of_a_whole_dot_product():
     check(k(B=b, C=c), np.array(b @ c))
     k = coiter.compile("a = B(i) * C(i) * D(i)", schedule="precompute(B(i)*C(i),i,i,w)")
     check(k(B=b, C=c, D=c), np.array(np.sum(b * c * c)))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csc", "dcsr"])
+def test_compute_with_a_pattern_the_operands_do_not_produce(fmt):
+    # the operands' entries beyond the pattern were written past its arrays (heap overflow)
+    rng = np.random.default_rng(7)
+    b, c = random_array(rng, (20, 20), 0.1), random_array(rng, (20, 20), 0.3)
+    k = coiter.compile("A(i,j) = B(i,j) + C(i,j)", formats={"A": fmt, "B": "csr", "C": "csr"})
+    B, C = tensor(b, "csr"), tensor(c, "csr")
+    for smaller in (k.assemble(B=B, C=B), k.assemble(B=C, C=C)):
+        with pytest.raises(coiter.KernelError, match="pattern does not hold"):
+            k.compute(smaller, B=B, C=C)
+    check(k.compute(k.assemble(B=B, C=C), B=B, C=C), b + c)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compute_into_results_of_several_append_groups(seed):
+    # rows whose columns all cancel out hold no entry in DCSR/CSF patterns
+    rng = np.random.default_rng(seed)
+    b, c = random_array(rng, (6, 6), 0.4), random_array(rng, (6, 6), 0.4)
+    k = coiter.compile("A(i,j) = B(i,j) * C(i,j) + B(i,j)", formats={"A": "dcsr", "B": "dcsr", "C": "csr"})
+    ops = {"B": tensor(b, "dcsr"), "C": tensor(c, "csr")}
+    check(k.compute(k.assemble(**ops), **ops), b * c + b)
+    b3, c3 = random_array(rng, (3, 4, 5), 0.3), random_array(rng, (3, 4, 5), 0.3)
+    k3 = coiter.compile("A(i,j,k) = B(i,j,k) * C(i,j,k)", formats={"A": "sss", "B": "sss", "C": "sss"})
+    ops3 = {"B": tensor(b3, "sss"), "C": tensor(c3, "sss")}
+    check(k3.compute(k3.assemble(**ops3), **ops3), b3 * c3)

@@ -61,6 +61,7 @@ THREADS_PARAM = "coiter_nthreads"
 WORK_PARAM = "coiter_work"
 NUM_THREADS = "num_threads(COITER_THREADS())"
 BOUND_ERROR = 3  # kernel return code: a bound() promise does not hold
+PATTERN_ERROR = 6  # kernel return code: compute mode's operands do not produce its pattern
 LOCAL_TEMP = 256  # precomputed workspaces of at most this many values live on the stack
 
 
@@ -796,6 +797,38 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                 level = self.fmt(a.tensor).levels[g.head]
                 out += level.append_edges(self.names(a.tensor, g.head), parent,
                                           Var(begins[g.head]), Var(g.counter))
+            elif len(self.groups) == 1:  # the operands filled the pattern's segment exactly
+                end = self._pattern_segment(a, g, scope)[1]
+                out.append(If(Bin("!=", Var(g.counter), end), block(Return(Const(PATTERN_ERROR)))))
+        return out
+
+    def _pattern_segment(self, a: Access, g: _Group, scope: Scope) -> tuple[IRExpr, IRExpr]:
+        """Positions ``[begin, end)`` of the pattern's segment that group ``g`` of result ``a``
+        fills under the parent position in ``scope`` (compute mode)."""
+        parent = scope.pos.get((a, g.head - 1), ParentPos(Const(0)))
+        level = self.fmt(a.tensor).levels[g.head]
+        return level.pos_bounds(self.names(a.tensor, g.head), parent,
+                                self._ancestors(scope, a, g.head))
+
+    def _pattern_checks(self, bottoms, scope: Scope) -> list[IRStmt]:
+        """Compute mode: before a value is stored at a group's next position, that position
+        must lie in the pattern's segment and hold the coordinates being computed; a pattern
+        the operands do not produce is a PATTERN_ERROR, never a write past its arrays. With
+        several groups (DCSR, CSF) an upper entry exists only where its children do, which
+        this cannot tell in advance: the caller compares those patterns before the call."""
+        out: list[IRStmt] = []
+        if len(self.groups) != 1:
+            return out
+        for a, g in bottoms:
+            bad: list[IRExpr] = [Bin(">=", Var(g.counter), self._pattern_segment(a, g, scope)[1])]
+            for m in g.members:
+                level = self.fmt(a.tensor).levels[m]
+                coord = scope.coords[self.level_var(a, m)]
+                bad.append(Bin("!=", level.pos_access(self.names(a.tensor, m), Var(g.counter)), coord))
+            cond = bad[0]
+            for b in bad[1:]:
+                cond = Bin("||", cond, b)
+            out.append(If(cond, block(Return(Const(PATTERN_ERROR)))))
         return out
 
     def _collapse_chain(self, f: Forall, scope: Scope) -> tuple[Access, int, list[Forall]] | None:
@@ -1207,7 +1240,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         missed: present, the statement as is; absent, the statement without them (nothing
         at all, so no explicit zero is stored, when they are factors)."""
         if not missing:
-            out = self.lower(s, scope)
+            out = self._pattern_checks(bottoms, scope) if self.mode == "compute" else []
+            out += self.lower(s, scope)
             for a, g in bottoms:
                 append = self._append(a, g, scope)
                 if g.counter in starts:

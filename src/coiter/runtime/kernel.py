@@ -26,7 +26,7 @@ from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
 from ..lower.ism import WORKSPACE_KEY_ERROR
-from ..lower.lower import BOUND_ERROR, KernelIR, ParamSpec, lower
+from ..lower.lower import BOUND_ERROR, PATTERN_ERROR, KernelIR, ParamSpec, lower
 from ..notation.ast import Assignment, Div, IndexVar, Literal, accesses, walk
 from ..notation.reductions import insert_reductions
 from ..formats.workspaces import DENSE, policy_names
@@ -57,6 +57,8 @@ _ERRORS = {
     WORKSPACE_KEY_ERROR: "the sparse workspace's coordinates need more than 63 bits (the product "
                          "of its modes' extents is too large)",
     cuda.CUDA_ERROR: "a CUDA runtime call failed (the message is on stderr)",
+    PATTERN_ERROR: "compute: the operands produce entries the pattern does not hold (or miss "
+                   "some it holds); assemble the pattern from operands of the same structure",
 }
 
 
@@ -362,6 +364,8 @@ class StorageKernel:
         itypes[self.result] = np.dtype(np.int32 if all(d < INT32_MAX for d in rshape) else np.int64)
         if mode == "compute":
             assert pattern is not None
+            if _append_groups(rdecl.format) > 1:
+                self._check_pattern(storages, pattern, result_shape, threads, commands)
             args[self.result] = pattern
             itypes[self.result] = pattern.index_dtype
         var = self.variant(prog, itypes, mode, fixed)
@@ -376,6 +380,18 @@ class StorageKernel:
 
             storage = convert(storage, prog.result_conversion)
         return storage, var
+
+    def _check_pattern(self, storages: Mapping[str, Storage], pattern: Storage,
+                       result_shape: tuple[int, ...] | None, threads: int | None,
+                       commands: tuple[Command, ...] | None) -> None:
+        """KernelError unless the operands assemble exactly ``pattern``: compute mode writes
+        into its arrays, and a result of several append groups cannot check that as it goes."""
+        built, _ = self.run(storages, "assemble", None, result_shape, threads, commands)
+        same = built.shape == pattern.shape and len(built.levels) == len(pattern.levels) and all(
+            a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+            for a, b in zip(built.levels, pattern.levels))
+        if not same:
+            raise KernelError(_ERRORS[PATTERN_ERROR])
 
     def invoke(self, var: Variant, storages: Mapping[str, Storage], rshape: tuple[int, ...],
                threads: int | None = None) -> Storage | None:
@@ -488,6 +504,11 @@ class StorageKernel:
 # positions a result level may hold: dense levels multiply their parents' positions, and
 # kernels compute positions in int64_t
 MAX_POSITIONS = 2**62
+
+
+def _append_groups(fmt: Format) -> int:
+    """Runs of result levels that share one append counter (DCSR has two, CSR one)."""
+    return sum(1 for lv in fmt.levels if lv.has_append and not lv.branchless)
 
 
 def _check_dense_positions(name: str, fmt: Format, shape: tuple[int, ...]) -> None:
