@@ -6,7 +6,7 @@ it on NumPy/SciPy data.
 """
 from .api import compile, default_result_format, einsum, evaluate
 from .errors import (
-    CacheError, CoiterError, CompileError, DTypeError, FormatError, KernelError, ParseError,
+    ArgumentError, CacheError, CoiterError, CompileError, DTypeError, FormatError, KernelError, ParseError,
     ScheduleError, ShapeError,
 )
 from .formats import (
@@ -30,6 +30,6 @@ __all__ = [
     "ParentPos", "Packed", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed",
     "Range", "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf",
     "csr", "csr_unordered", "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector",
-    "hash_matrix", "sparse_vector", "coo_aos", "CacheError", "CoiterError", "CompileError", "DTypeError",
+    "hash_matrix", "sparse_vector", "coo_aos", "ArgumentError", "CacheError", "CoiterError", "CompileError", "DTypeError",
     "FormatError", "KernelError", "ParseError", "ScheduleError", "ShapeError",
 ]

@@ -7,6 +7,7 @@ import numpy as np
 
 from .concrete.commands import Command, parse_commands
 from .concrete.stmt import ConcreteProgram
+from .errors import ArgumentError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, csf, csr, dense
 from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
 from .notation.einsum import parse_einsum
@@ -14,7 +15,7 @@ from .notation.parser import parse
 from .kernel import Kernel
 from .operands import as_tensor
 from .runtime.kernel import StorageKernel
-from .tensor import Tensor
+from .tensor import Tensor, check_dtype
 
 AssignmentLike = str | Assignment
 ScheduleLike = str | Sequence[Command] | ConcreteProgram | None  # or "auto"
@@ -33,7 +34,7 @@ def _as_assignment(a: AssignmentLike) -> Assignment:
         return a
     if isinstance(a, str):
         return parse(a)
-    raise TypeError(f"expected an index-notation string or Assignment, got {type(a).__name__}")
+    raise ArgumentError(f"expected an index-notation string or Assignment, got {type(a).__name__}")
 
 
 def _rename(e: Expr, old: str, new: str) -> Expr:
@@ -118,6 +119,8 @@ def compile(
     (default: ``COITER_WORKSPACE_MEMORY``, else a quarter of the machine's memory).
     """
     a, aliases = _prepare(_as_assignment(assignment))
+    if formats is not None and not isinstance(formats, Mapping):
+        raise ArgumentError(f"formats must map tensor names to formats, got {type(formats).__name__}")
     formats = dict(formats or {})
     orders = _orders(a)
     fmts: dict[str, Format] = {}
@@ -125,16 +128,23 @@ def compile(
         spec = formats.get(aliases.get(name, name))
         if name in aliases and spec is None:
             spec = formats.get(name)
-        fmts[name] = as_format(spec, order)
+        try:
+            fmts[name] = as_format(spec, order)
+        except FormatError as e:
+            raise FormatError(f"format of {name}: {e}") from None
     unknown = set(formats) - set(orders) - set(aliases.values())
     if unknown:
-        from .errors import FormatError
-
         raise FormatError(f"formats given for tensors not in the expression: {sorted(unknown)}")
     commands = "auto" if schedule == "auto" else _commands(schedule)
     if target not in ("c", "cuda"):
-        raise ValueError(f"target must be 'c' or 'cuda', got {target!r}")
-    kernel = Kernel(StorageKernel(a, fmts, np.dtype(dtype or np.float64), aliases, commands, target,
+        raise ArgumentError(f"target must be 'c' or 'cuda', got {target!r}")
+    if not isinstance(fast_math, bool):
+        raise ArgumentError(f"fast_math must be True or False, got {fast_math!r}")
+    if workspace_memory is not None and (isinstance(workspace_memory, bool) or not isinstance(
+            workspace_memory, int) or workspace_memory < 0):
+        raise ArgumentError(f"workspace_memory must be a number of bytes (a non-negative int), "
+                            f"got {workspace_memory!r}")
+    kernel = Kernel(StorageKernel(a, fmts, check_dtype(dtype or np.float64), aliases, commands, target,
                                   fast_math, workspace, workspace_memory))
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
@@ -150,7 +160,7 @@ def _commands(schedule: ScheduleLike) -> tuple[Command, ...]:
         return schedule.commands
     if isinstance(schedule, (list, tuple)) and all(isinstance(c, Command) for c in schedule):
         return tuple(schedule)
-    raise TypeError("schedule must be a command string, a sequence of Commands or a "
+    raise ArgumentError("schedule must be a command string, a sequence of Commands or a "
                     f"scheduled ConcreteProgram, got {type(schedule).__name__}")
 
 
@@ -213,6 +223,14 @@ def _kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: Format
                 ) -> Kernel:
     """The cached kernel of ``a`` for the operands' formats and ``out_format``."""
     order = len(a.lhs.indices)
+    orders = _orders(a)
+    unexpected = sorted(set(tensors) - set(orders))
+    if unexpected:
+        raise ShapeError(f"unexpected operand(s) {', '.join(unexpected)}; the expression reads "
+                         f"{', '.join(sorted(dict.fromkeys(x.tensor for x in accesses(a.rhs))))}")
+    for n, t in tensors.items():
+        if t.order != orders[n]:
+            raise ShapeError(f"operand {n} has order {t.order}, the expression uses {orders[n]}")
     rhs_names = [x.tensor for x in accesses(a.rhs) if x.tensor in tensors]
     if out_format is None:
         out = default_result_format(order, [tensors[n] for n in dict.fromkeys(rhs_names)])
@@ -233,6 +251,9 @@ _OPERAND_NAMES = tuple(f"T{n}" for n in range(64))  # einsum's n-th operand
 
 def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None) -> Tensor:
     """NumPy-style einsum (``"ij,j->i"``) over Tensors, arrays and SciPy matrices."""
+    if not isinstance(subscripts, str):
+        raise ArgumentError(f"einsum subscripts must be a string such as 'ij,j->i', got "
+                            f"{type(subscripts).__name__}")
     names = _OPERAND_NAMES[: len(operands)] if len(operands) <= len(_OPERAND_NAMES) else \
         tuple(f"T{n}" for n in range(len(operands)))
     spelling = _spelling(subscripts, out_format)

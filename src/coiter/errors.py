@@ -19,6 +19,11 @@ class ParseError(CoiterError, ValueError):
         super().__init__(f"{message}{where}{caret}")
 
 
+class ArgumentError(CoiterError, TypeError, ValueError):
+    """An argument of the wrong kind or out of range (``threads=0``, ``schedule=42``, an
+    operand that is no tensor); a TypeError and a ValueError for callers catching either."""
+
+
 class ShapeError(CoiterError, ValueError):
     """Operand shapes disagree (names the index variable and both sizes)."""
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .concrete.stmt import ConcreteProgram
-from .errors import ShapeError
+from .errors import ArgumentError, ShapeError
 from .formats.storage import Storage
 from .operands import as_tensor
 from .runtime.callplan import build_plan
 from .runtime.kernel import StorageKernel, Variant
-from .tensor import Tensor
+from .tensor import Tensor, check_shape
 
 
 # More threads than any machine coiter runs on; libgomp crashes on absurd counts (100000).
@@ -102,7 +102,9 @@ class Kernel:
             raise ShapeError(f"missing operand(s) {', '.join(missing)}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or not 1 <= threads <= MAX_THREADS):
-            raise ValueError(f"threads must be a positive integer of at most {MAX_THREADS}, got {threads!r}")
+            raise ArgumentError(f"threads must be a positive integer of at most {MAX_THREADS}, got {threads!r}")
+        if result_shape is not None:
+            result_shape = check_shape(result_shape)
         extra = sorted(set(operands) - keywords)
         if extra:
             raise ShapeError(f"unexpected operand(s) {', '.join(extra)}; expected {sorted(keywords)}")
@@ -119,7 +121,7 @@ class Kernel:
         pstore = None
         if mode == "compute":
             pstore = as_tensor(pattern, core.program({n: s.vals.dtype for n, s in storages.items()})
-                               .tensors[core.result].format).storage
+                               .tensors[core.result].format, name="pattern").storage
         storage, var = core.run(storages, mode, pstore, result_shape, threads)
         if mode == "fused":
             self._plan = self._plan_of(var)

@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .errors import ArgumentError, DTypeError, ShapeError
 from .formats.format import Format
 from .tensor import Tensor
 
@@ -17,9 +18,14 @@ def as_tensor(obj: Any, fmt: Format | None = None, name: str | None = None) -> T
         return obj
     if sp.issparse(obj):
         return Tensor.from_scipy(obj, format=fmt, name=name)
-    arr = np.asarray(obj)
+    if obj is None or isinstance(obj, (str, bytes, dict, set)):
+        raise ArgumentError(f"operand {name} of type {type(obj).__name__} is not a tensor")
+    try:
+        arr = np.asarray(obj)
+    except ValueError as e:  # ragged nested lists
+        raise ShapeError(f"operand {name} is not a rectangular array: {e}") from None
     if arr.dtype == object:
-        raise TypeError(f"operand {name} of type {type(obj).__name__} is not a tensor")
+        raise DTypeError(f"operand {name} holds Python objects (dtype object), not numbers")
     if fmt is not None and fmt.order != arr.ndim:
         fmt = None  # the shape error is reported with index variables later
     return Tensor.from_numpy(arr, format=fmt, name=name)

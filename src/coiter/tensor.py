@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import DTypeError, FormatError, ShapeError
+from .errors import ArgumentError, DTypeError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, csr_unordered, dia
 from .formats.levels import Compressed, Dense
 from .formats.storage import Storage
@@ -65,7 +65,7 @@ def _check_name(name: str | None) -> str:
 MAX_DIMENSION = 2**63 - 1
 
 
-def _check_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+def check_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
     """Shape as a tuple of non-negative Python ints (an int means a vector)."""
     try:
         dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
@@ -279,7 +279,7 @@ class Tensor:
         dtype: Any = np.float64,
         name: str | None = None,
     ) -> None:
-        dims = _check_shape(shape)
+        dims = check_shape(shape)
         fmt = as_format(format, len(dims))
         self._init(_zero_storage(dims, fmt, check_dtype(dtype)), _check_name(name))
 
@@ -357,7 +357,7 @@ class Tensor:
 
         Entries may come in any order; duplicates are summed. COO by default.
         """
-        dims = _check_shape(shape)
+        dims = check_shape(shape)
         order = len(dims)
         crd = np.asarray(coords)
         vals = np.asarray(values)
@@ -390,7 +390,7 @@ class Tensor:
         values. Nothing is copied; the arrays are validated against every invariant kernels
         rely on, so malformed data raises FormatError instead of reaching C. Unordered or
         duplicate entries are allowed where the format's levels say so."""
-        dims = _check_shape(shape)
+        dims = check_shape(shape)
         fmt = as_format(format, len(dims))
         arrays = tuple({k: np.asarray(v) for k, v in lv.items()} for lv in levels)
         values = np.asarray(vals)
@@ -505,7 +505,7 @@ class Tensor:
         ivars = idx if isinstance(idx, tuple) else (idx,)
         for v in ivars:
             if not isinstance(v, IndexVar):
-                raise TypeError(f"tensors are indexed by IndexVar (see coiter.index_vars), got {v!r}")
+                raise ArgumentError(f"tensors are indexed by IndexVar (see coiter.index_vars), got {v!r}")
         if len(ivars) != self.order:
             raise ShapeError(
                 f"{self._name} has order {self.order} but is indexed by {len(ivars)} "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from ..errors import ParseError
 from .ast import IndexVar
 
 _SEPARATORS = re.compile(r"[\s,]+")
@@ -20,7 +21,7 @@ def index_vars(*names: str) -> tuple[IndexVar, ...]:
         raise ValueError("index_vars needs at least one name")
     for w in words:
         if not w.isidentifier():
-            raise ValueError(f"index variable name {w!r} is not an identifier")
+            raise ParseError(f"index variable name {w!r} is not an identifier")
     repeated = sorted({w for w in words if words.count(w) > 1})
     if repeated:
         raise ValueError(f"index variable name(s) repeated: {', '.join(repeated)}")
