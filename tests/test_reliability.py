@@ -387,3 +387,102 @@ def test_compute_into_results_of_several_append_groups(seed):
     k3 = coiter.compile("A(i,j,k) = B(i,j,k) * C(i,j,k)", formats={"A": "sss", "B": "sss", "C": "sss"})
     ops3 = {"B": tensor(b3, "sss"), "C": tensor(c3, "sss")}
     check(k3.compute(k3.assemble(**ops3), **ops3), b3 * c3)
+
+
+# --------------------------------------------------------------------- concurrency and signals
+
+_SPGEMM_PROGRAM = textwrap.dedent("""
+    import numpy as np, scipy.sparse as sp, coiter
+    A = sp.random(40, 40, 0.1, format="csr", random_state=1)
+    out = coiter.evaluate("C(i,j) = A(i,k) * A(k,j)", out_format="csr", A=A)
+    np.testing.assert_allclose(out.to_numpy(), (A @ A).toarray(), rtol=1e-12)
+    print("ok")
+""")
+
+
+def test_eight_processes_compile_one_kernel_into_an_empty_cache(tmp_path):
+    cache = tmp_path / "cache"
+    env = {**os.environ, "COITER_CACHE_DIR": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", _SPGEMM_PROGRAM], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, outputs
+    assert all(out.strip() == "ok" for out, _ in outputs)
+    libraries = list(cache.glob("*/*.so"))
+    from coiter.runtime import trust
+    assert libraries and all(trust.sealed(lib.stem, lib) for lib in libraries)
+    stamps = {lib: lib.stat().st_mtime_ns for lib in libraries}
+    again = subprocess.run([sys.executable, "-c", _SPGEMM_PROGRAM], env=env, text=True,
+                           capture_output=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.strip() == "ok", again.stderr
+    assert {lib: lib.stat().st_mtime_ns for lib in libraries} == stamps  # loaded, not rebuilt
+
+
+def test_eight_threads_call_one_kernel():
+    from concurrent.futures import ThreadPoolExecutor
+
+    k = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
+    rng = np.random.default_rng(8)
+    inputs = [(random_array(rng, (30, 20), 0.2), random_array(rng, (20, 25), 0.2)) for _ in range(8)]
+
+    def call(pair):
+        a, b = pair
+        return [k(A=tensor(a, "csr"), B=tensor(b, "csr")).to_numpy() for _ in range(20)]
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(call, inputs))
+    for (a, b), outs in zip(inputs, results):
+        for out in outs:
+            np.testing.assert_allclose(out, a @ b, rtol=1e-12)
+
+
+def _interrupted(program: str, env: dict, marker, wait: float = 120.0) -> subprocess.CompletedProcess:
+    """Run ``program``, send SIGINT once ``marker`` exists, and return how it ended."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", program], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + wait
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=wait)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_sigint_during_compile_leaves_a_usable_cache(tmp_path):
+    # a compiler that announces itself and takes its time, so the signal lands mid-build
+    marker = tmp_path / "compiling"
+    slow_cc = tmp_path / "slow-cc"
+    slow_cc.write_text(f"#!/bin/sh\ncase \"$*\" in *--version*) exec cc \"$@\";; esac\n"
+                       f"touch {marker}\nsleep 2\nexec cc \"$@\"\n")
+    slow_cc.chmod(0o755)
+    env = {**os.environ, "COITER_CACHE_DIR": str(tmp_path / "cache"), "CC": str(slow_cc)}
+    ended = _interrupted(_SPGEMM_PROGRAM, env, marker)
+    assert ended.returncode != 0 and "KeyboardInterrupt" in ended.stderr, ended.stderr
+    assert not list((tmp_path / "cache").glob("*/*.so.tmp"))  # no half-built library left
+    again = subprocess.run([sys.executable, "-c", _SPGEMM_PROGRAM], env=env, text=True,
+                           capture_output=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.strip() == "ok", again.stderr
+
+
+def test_sigint_during_a_long_kernel_interrupts_cleanly(tmp_path):
+    marker = tmp_path / "running"
+    program = textwrap.dedent(f"""
+        import pathlib, numpy as np, coiter
+        n = 1400  # a few seconds of dense matrix product
+        a = np.random.default_rng(0).random((n, n))
+        k = coiter.compile("C(i,j) = A(i,k) * B(k,j)")
+        k(A=a[:2, :2], B=a[:2, :2], threads=1)  # compiled before the long call
+        pathlib.Path({str(marker)!r}).touch()
+        k(A=a, B=a, threads=1)
+        print("finished")
+    """)
+    env = {**os.environ, "COITER_CACHE_DIR": str(tmp_path / "cache")}
+    ended = _interrupted(program, env, marker)
+    # the kernel runs to its end (C code is not interruptible), then Python raises; an
+    # uncaught KeyboardInterrupt ends the interpreter by SIGINT itself (-2), never SIGSEGV
+    assert ended.returncode in (1, -2) and "KeyboardInterrupt" in ended.stderr, ended.stderr
+    assert "finished" not in ended.stdout
