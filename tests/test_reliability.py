@@ -486,3 +486,41 @@ def test_sigint_during_a_long_kernel_interrupts_cleanly(tmp_path):
     # uncaught KeyboardInterrupt ends the interpreter by SIGINT itself (-2), never SIGSEGV
     assert ended.returncode in (1, -2) and "KeyboardInterrupt" in ended.stderr, ended.stderr
     assert "finished" not in ended.stdout
+
+
+# --------------------------------------------------------------------- lowering time
+
+_PERMUTED = {"C(i,j,k)": "ijk", "C(k,i,j)": "kij", "C(j,k,i)": "jki", "C(i,k,j)": "ikj",
+             "C(k,j,i)": "kji", "-C(j,i,k)": "jik"}
+
+
+@pytest.mark.parametrize("out_format", ["ddd", "sss", "dss"])
+def test_sums_of_many_sparse_terms_lower_in_linear_time(out_format):
+    # merged iteration over 4 sparse terms of a 3-tensor has 4096 cases (a minute of
+    # lowering and 35,000 lines of C); past 1024 the terms are added one at a time
+    import time
+
+    rng = np.random.default_rng(9)
+    c = random_array(rng, (5, 5, 5), 0.3)
+    C = tensor(c, "sss")
+    for n in (4, 6):
+        terms = list(_PERMUTED)[:n]
+        expr = "A(i,j,k) = " + " + ".join(terms)
+        reference = sum((-1 if t[0] == "-" else 1) * np.einsum(_PERMUTED[t] + "->ijk", c) for t in terms)
+        start = time.process_time()
+        with pytest.warns(coiter.PerformanceWarning, match=f"its {n} sparse terms"):
+            out = coiter.evaluate(expr, out_format=out_format, C=C)
+        assert time.process_time() - start < 30  # was minutes, grows with 16**n
+        check(out, reference)
+
+
+def test_three_term_sums_still_merge_in_one_pass():
+    import warnings
+
+    rng = np.random.default_rng(10)
+    a, b, c = (random_array(rng, (8, 9), 0.3) for _ in range(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", coiter.PerformanceWarning)
+        out = coiter.evaluate("D(i,j) = A(i,j) + B(i,j) + C(i,j)", out_format="csr",
+                              A=tensor(a, "csr"), B=tensor(b, "csr"), C=tensor(c, "csr"))
+    check(out, a + b + c)

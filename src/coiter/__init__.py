@@ -7,7 +7,7 @@ it on NumPy/SciPy data.
 from .api import compile, default_result_format, einsum, evaluate
 from .errors import (
     ArgumentError, CacheError, CoiterError, CompileError, DTypeError, FormatError, KernelError, ParseError,
-    ScheduleError, ShapeError,
+    PerformanceWarning, ScheduleError, ShapeError,
 )
 from .formats import (
     Compressed, Dense, Format, Hashed, Layout, Level, LevelCoord, LevelNames, Offset, Packed,
@@ -31,5 +31,5 @@ __all__ = [
     "Range", "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf",
     "csr", "csr_unordered", "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector",
     "hash_matrix", "sparse_vector", "coo_aos", "ArgumentError", "CacheError", "CoiterError", "CompileError", "DTypeError",
-    "FormatError", "KernelError", "ParseError", "ScheduleError", "ShapeError",
+    "FormatError", "KernelError", "ParseError", "PerformanceWarning", "ScheduleError", "ShapeError",
 ]

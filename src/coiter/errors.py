@@ -55,3 +55,7 @@ class KernelError(CoiterError, RuntimeError):
 
 class CacheError(CoiterError, RuntimeError):
     """The kernel cache folder cannot be used (not a folder, or writable by other users)."""
+
+
+class PerformanceWarning(UserWarning):
+    """coiter takes a correct but slower plan than the expression would normally get."""

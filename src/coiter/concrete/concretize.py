@@ -19,18 +19,20 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, PerformanceWarning
 from ..formats.format import Format, coo, dense
 from ..formats.levels.workspace import WorkspaceList
 from ..formats.workspaces import DENSE, policy_names
 from ..lattice.graph import Edge, LoopOrder, choose_order
 from ..notation.ast import (
     Access,
+    Add,
     Assignment,
     BinaryExpr,
     Div,
@@ -39,12 +41,15 @@ from ..notation.ast import (
     Mul,
     Neg,
     Reduction,
+    Sub,
     accesses,
     index_vars_of,
     walk,
 )
 from .layouts import LayoutPlan, expand_layouts
-from .stmt import Assign, ConcreteProgram, Env, Forall, Stmt, TensorDecl, Where, walk_stmts
+from .stmt import (
+    Assign, ConcreteProgram, Env, Forall, Sequence, Stmt, TensorDecl, Where, walk_stmts,
+)
 
 Derived = Mapping[IndexVar, tuple[IndexVar, ...]]
 AUTO = "auto"
@@ -183,19 +188,24 @@ def concretize(
     dtypes: Mapping[str, np.dtype],
     result_dtype: np.dtype,
     workspace: str = AUTO,
+    reserved: frozenset[str] = frozenset(),
 ) -> ConcreteProgram:
     """Turn an assignment whose reductions are explicit into concrete index notation.
 
     ``formats``/``dtypes`` cover every tensor named in the assignment (result included).
     ``workspace`` chooses the workspace of a scattered result (see the module's step 3).
     A result format kernels cannot assemble directly (hashed, DIA, ELL, blocked) is
-    computed in its assembly format and converted afterwards.
+    computed in its assembly format and converted afterwards. New tensors (temporaries,
+    transposed operands) take names outside ``formats`` and ``reserved``.
     """
     lhs = assignment.lhs
     _check_denominators(assignment.rhs, formats)
+    terms = _sequenced_terms(assignment, formats)
+    if terms is not None:
+        return _sequence(assignment, terms, formats, dtypes, result_dtype, workspace)
     assignment = replace(assignment, rhs=_wrap(*_hoist(assignment.rhs)))
     final_fmt = formats[lhs.tensor]
-    lp = _plan_loops(assignment, {**formats, lhs.tensor: final_fmt.assembly_format()})
+    lp = _plan_loops(assignment, {**formats, lhs.tensor: final_fmt.assembly_format()}, reserved)
     plan, lifter, body, temps, lo = lp.layouts, lp.lifter, lp.body, lp.temps, lp.order
     top_reduced, derived, operand_accesses = lp.top_reduced, lp.derived, lp.operands
     free = list(lhs.indices)
@@ -266,6 +276,82 @@ def concretize(
     return ConcreteProgram(stmt, _used(decls, stmt), lhs.tensor, env, result_conversion)
 
 
+# Merged iteration over the terms of a sum has up to 2**n lattice points per loop for n
+# sparse terms, nested once per loop (3 terms of a 3-tensor: 512 cases; 4: 4096, and a
+# minute of lowering). Past this estimate a dense result takes the terms one at a time.
+MAX_MERGED_CASES = 1024
+
+
+def _sum_terms(e: Expr) -> list[Expr]:
+    """The terms of a sum (``a - b`` has the terms ``a`` and ``-b``)."""
+    if isinstance(e, Add):
+        return _sum_terms(e.a) + _sum_terms(e.b)
+    if isinstance(e, Sub):
+        return _sum_terms(e.a) + [Neg(t) for t in _sum_terms(e.b)]
+    return [e]
+
+
+def _sequenced_terms(assignment: Assignment, formats: Mapping[str, Format]) -> list[Expr] | None:
+    """The terms to compute one after another, when merging them would need more than
+    MAX_MERGED_CASES cases: for each index variable, a factor of two per term that iterates
+    it sparsely. None otherwise."""
+    terms = _sum_terms(assignment.rhs)
+    if len(terms) < 2:
+        return None
+    cases = 1
+    for v in set(index_vars_of(assignment.rhs)):
+        sparse_terms = sum(1 for t in terms if any(
+            not (level.full and level.has_locate)
+            for a in accesses(t) for k, level in enumerate(formats[a.tensor].levels)
+            if formats[a.tensor].layout is None and a.indices[formats[a.tensor].ordering[k]] == v))
+        cases *= 2 ** sparse_terms
+    return terms if cases > MAX_MERGED_CASES else None
+
+
+def _sequence(assignment: Assignment, terms: list[Expr], formats: Mapping[str, Format],
+              dtypes: Mapping[str, np.dtype], result_dtype: np.dtype, workspace: str) -> ConcreteProgram:
+    """``sequence(A = t1, sequence(A += t2, ...))``: each term concretized on its own (lowered
+    in time linear in the number of terms), later ones adding into a dense result, which a
+    sparse result format is converted from afterwards (held to the memory cap per call)."""
+    lhs = assignment.lhs
+    final = formats[lhs.tensor]
+    warnings.warn(f"{assignment}: merging its {len(terms)} sparse terms would take more than "
+                  f"{MAX_MERGED_CASES} cases; they are added one at a time into a dense "
+                  f"{lhs.tensor}" + ("" if final.is_dense else f", converted to {final} after"),
+                  PerformanceWarning, stacklevel=2)
+    formats = {**formats, lhs.tensor: dense(len(lhs.indices))}
+    progs: list[ConcreteProgram] = []
+    reserved: frozenset[str] = frozenset()
+    for term in terms:
+        prog = concretize(Assignment(lhs, term), formats, dtypes, result_dtype,
+                          workspace, reserved)
+        reserved |= frozenset(prog.tensors)
+        progs.append(prog)
+    stmt = progs[-1].stmt
+    for prog in reversed(progs[:-1]):
+        stmt = Sequence(prog.stmt, _accumulating(stmt, assignment.lhs.tensor))
+    tensors: dict[str, TensorDecl] = {}
+    relations: dict = {}
+    for prog in progs:
+        tensors.update(prog.tensors)
+        relations.update(dict.fromkeys(prog.env.relations))
+    return ConcreteProgram(stmt, tensors, lhs.tensor, Env(relations=tuple(relations)),
+                           None if final.is_dense else final)
+
+
+def _accumulating(s: Stmt, result: str) -> Stmt:
+    """``s`` adding into ``result`` where it assigned it."""
+    if isinstance(s, Assign):
+        return replace(s, accumulate=True) if s.lhs.tensor == result else s
+    if isinstance(s, Forall):
+        return replace(s, body=_accumulating(s.body, result))
+    if isinstance(s, Where):
+        return Where(_accumulating(s.consumer, result), _accumulating(s.producer, result))
+    if isinstance(s, Sequence):
+        return Sequence(_accumulating(s.define, result), _accumulating(s.mutate, result))
+    return s
+
+
 def _used(decls: dict[str, TensorDecl], stmt: Stmt) -> dict[str, TensorDecl]:
     """``decls`` without operands the statement no longer reads (replaced by a converted
     copy), so kernels do not take their arrays."""
@@ -316,7 +402,8 @@ class _LoopPlan:
     order: LoopOrder
 
 
-def _plan_loops(assignment: Assignment, formats: Mapping[str, Format]) -> _LoopPlan:
+def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
+                reserved: frozenset[str] = frozenset()) -> _LoopPlan:
     """Rewrite accesses through layouts, lift nested reductions and order the loops.
 
     An operand seen through its layout's levels cannot be transposed; where the order
@@ -325,7 +412,7 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format]) -> _LoopP
     lhs = assignment.lhs
     plain: frozenset[str] = frozenset()
     while True:
-        lifter = _Lifter(set(formats))
+        lifter = _Lifter(set(formats) | reserved)
         layouts = expand_layouts(assignment, formats, lifter.fresh, plain)
         derived: Derived = {s.parent: s.derived() for s in layouts.relations}
         lifter.derived = derived

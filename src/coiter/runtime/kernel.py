@@ -223,7 +223,8 @@ class StorageKernel:
         kernel's default program): the kernel's choice, or with "auto" the one
         :func:`~coiter.runtime.workspace_choice.choose` makes from the call's operands."""
         chosen = self.scheduled_workspace()
-        if self.workspace == DENSE or chosen == DENSE:
+        densely = prog.result_conversion is not None and prog.tensors[self.result].format.is_dense
+        if self.workspace == DENSE or chosen == DENSE or densely:
             check_dense(prog, dims, rshape, memory_cap(self.workspace_memory))
         if self.workspace != AUTO or chosen or workspace_decl(prog) is None:
             return self.workspace
