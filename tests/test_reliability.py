@@ -524,3 +524,25 @@ def test_three_term_sums_still_merge_in_one_pass():
         out = coiter.evaluate("D(i,j) = A(i,j) + B(i,j) + C(i,j)", out_format="csr",
                               A=tensor(a, "csr"), B=tensor(b, "csr"), C=tensor(c, "csr"))
     check(out, a + b + c)
+
+
+def test_absurd_thread_counts_are_refused_on_every_call_path():
+    # threads=100000 crashed inside libgomp, threads=2**31 ended the process
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    rng = np.random.default_rng(11)
+    a, x = random_array(rng, (30, 30), 0.2), rng.random(30)
+    A = tensor(a, "csr")
+    check(k(A=A, x=x), a @ x)  # the C call plan now exists
+    for threads in (100000, 2**31, 0, -1, True, 2.0):
+        with pytest.raises(coiter.ArgumentError, match="threads"):
+            k(A=A, x=x, threads=threads)
+    check(k(A=A, x=x, threads=2), a @ x)
+
+
+def test_numpy_scalars_in_the_dsl_are_literals():
+    i = coiter.index_vars("i")
+    x = coiter.Tensor.from_numpy(np.arange(3.0), name="x")
+    for scalar in (np.float64(2.0), np.int32(3), np.float32(0.5)):
+        y = coiter.Tensor.from_numpy(np.zeros(3), name="y")
+        y[i] = x[i] * scalar
+        np.testing.assert_array_equal(y.to_numpy(), np.arange(3.0) * scalar)
