@@ -6,6 +6,10 @@ the flags, and the library's digest for its key as ``<key>.so.sha256``: a librar
 only when it and its digest are the user's own and match (:mod:`coiter.runtime.trust`).
 Publishing is atomic (compile to a temporary file, then ``os.replace``), so any number of
 threads or processes may compile the same source at once.
+
+``COITER_SANITIZE=1`` builds C kernels with AddressSanitizer and UndefinedBehaviorSanitizer
+(:data:`SANITIZE_FLAGS`, cached under their own keys); Python must then be started with the
+ASan runtime preloaded, see docs/sanitizers.md.
 """
 from __future__ import annotations
 
@@ -86,6 +90,49 @@ def clear_memory_cache() -> None:
 FAST_MATH_FLAGS = ("-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math")
 
 
+# COITER_SANITIZE=1: instrument kernels. -O1 (last -O wins over $CFLAGS' -O3) and frame
+# pointers keep reports' stacks readable; -fno-sanitize-recover makes undefined behaviour
+# abort like an ASan report instead of printing and going on, so a test run cannot pass over it.
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+                  "-fno-sanitize-recover=undefined", "-g", "-O1")
+
+
+def sanitizing() -> bool:
+    """Whether ``$COITER_SANITIZE`` (re-read on every call) asks for sanitizer builds:
+    any value other than empty or ``0``."""
+    return os.environ.get("COITER_SANITIZE", "") not in ("", "0")
+
+
+def require_sanitizer_runtime() -> None:
+    """Raise :class:`CompileError` unless the AddressSanitizer runtime is loaded in this process.
+
+    An ASan-instrumented library can only be loaded into a process whose ASan runtime came
+    first: GCC's libasan otherwise kills the process at dlopen ("ASan runtime does not come
+    first in initial library list"), Clang's leaves undefined symbols. Python is not built with
+    ASan, so the runtime has to be preloaded; the error gives the command line.
+    """
+    # The runtime defines __asan_init, and a preloaded library is in the global symbol scope.
+    if hasattr(ctypes.CDLL(None), "__asan_init"):
+        return
+    command = _compiler_command()
+    cc = shlex.join(command)
+    path = _run([*command, "-print-file-name=libasan.so"]).stdout.strip()
+    # -print-file-name echoes the bare name when the compiler has no such file
+    missing = "" if os.path.isabs(path) else (
+        f"\n({cc} has no libasan.so: install its ASan runtime, or preload Clang's "
+        "libclang_rt.asan-<arch>.so)")
+    # libstdc++ is preloaded too: ASan's C++ exception interceptor resolves it at start-up and
+    # aborts on the first throw (SciPy's Matrix Market reader) when it is loaded later.
+    raise CompileError(
+        "COITER_SANITIZE is set, so kernels are built with AddressSanitizer, but its runtime is "
+        "not loaded in this Python process; Python is not built with ASan, so start it as\n"
+        f'  COITER_SANITIZE=1 LD_PRELOAD="$({cc} -print-file-name=libasan.so) '
+        f'$({cc} -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0 '
+        "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 python ..."
+        f"{missing}\nor unset COITER_SANITIZE (see docs/sanitizers.md)"
+    )
+
+
 def compile_library(source: str, *, openmp: bool = True, fast_math: bool = False) -> Path:
     """Compile C ``source`` into a shared library and return its path, reusing the disk cache.
 
@@ -133,9 +180,15 @@ def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str
 def load_library(source: str, *, openmp: bool = True, fast_math: bool = False) -> ctypes.CDLL:
     """Return a loaded library for C ``source``, compiling it on a cache miss.
 
-    Repeated calls with the same source (and settings) return the same CDLL.
+    Repeated calls with the same source (and settings) return the same CDLL. Under
+    ``COITER_SANITIZE`` a :class:`CompileError` says how to restart Python when the ASan
+    runtime is not loaded (see :func:`require_sanitizer_runtime`).
     """
-    mode = f"{'omp' if openmp else 'serial'}{'+fastmath' if fast_math else ''}"
+    sanitize = sanitizing()
+    if sanitize:
+        require_sanitizer_runtime()
+    mode = (f"{'omp' if openmp else 'serial'}{'+fastmath' if fast_math else ''}"
+            f"{'+sanitize' if sanitize else ''}")
     key = hashlib.sha256(f"{mode}\0{source}".encode()).hexdigest()
     return load_cached(key, lambda: compile_library(source, openmp=openmp, fast_math=fast_math))
 
@@ -163,8 +216,8 @@ def load_cached(key: str, build: Callable[[], Path]) -> ctypes.CDLL:
     return library
 
 
-def _toolchain(openmp: bool, fast_math: bool = False) -> Toolchain:
-    """Resolve ``$CC`` and ``$CFLAGS`` (re-read on every call) into a build configuration."""
+def _compiler_command() -> tuple[str, ...]:
+    """``$CC`` (re-read on every call) resolved on the PATH; CompileError when missing."""
     cc = os.environ.get("CC") or DEFAULT_CC
     words = shlex.split(cc)
     executable = shutil.which(words[0]) if words else None
@@ -173,13 +226,22 @@ def _toolchain(openmp: bool, fast_math: bool = False) -> Toolchain:
             f"C compiler {cc!r} not found; set the CC environment variable to an installed "
             "C compiler (for example CC=gcc or CC=clang)"
         )
-    command = (executable, *words[1:])
+    return (executable, *words[1:])
+
+
+def _toolchain(openmp: bool, fast_math: bool = False) -> Toolchain:
+    """Resolve ``$CC``, ``$CFLAGS`` and ``$COITER_SANITIZE`` (re-read on every call) into a
+    build configuration."""
+    command = _compiler_command()
     flags = shlex.split(os.environ.get("CFLAGS", DEFAULT_CFLAGS))
     flags += ["-shared", "-fPIC"] if "-fPIC" not in flags else ["-shared"]
     if openmp and _supports_openmp(command, tuple(flags)):
         flags.append("-fopenmp")
     if fast_math:
         flags += FAST_MATH_FLAGS
+    if sanitizing():
+        # part of flags, hence of the cache key: instrumented and plain builds never mix
+        flags += SANITIZE_FLAGS
     return Toolchain(command=command, flags=tuple(flags), version=compiler_version(command))
 
 
@@ -214,8 +276,13 @@ def _supports_openmp(command: tuple[str, ...], flags: tuple[str, ...]) -> bool:
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """Run a compiler command, turning a vanished executable into a CompileError."""
+    env = None
+    if sanitizing() and "LD_PRELOAD" in os.environ:
+        # The ASan runtime preloaded for Python (docs/sanitizers.md) is not for the compilers:
+        # nvcc segfaults under it, and every gcc process would pay for ASan's start-up.
+        env = {name: value for name, value in os.environ.items() if name != "LD_PRELOAD"}
     try:
-        return subprocess.run(argv, capture_output=True, text=True, check=False)
+        return subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     except OSError as exc:
         raise CompileError(
             f"could not run C compiler {argv[0]!r} ({exc.strerror}); set the CC environment "
