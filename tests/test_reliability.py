@@ -76,7 +76,8 @@ def test_a_level_declared_unique_whose_paths_repeat_is_refused():
                                             (3 * 10**9, np.int64), (2**63 - 1, np.int64),
                                             (-2**63, np.int64), (-(2**40), np.int64)])
 def test_integer_literals_keep_their_value(literal, dtype):
-    x = np.arange(1, 5).astype(dtype)
+    # products stay in range: signed overflow in the generated C is undefined behaviour
+    x = np.array([0, 1, 1, 0]).astype(dtype)
     out = coiter.evaluate(f"y(i) = x(i) * {literal}", x=x).to_numpy()
     np.testing.assert_array_equal(out, x * literal)
 
