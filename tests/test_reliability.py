@@ -547,3 +547,12 @@ def test_numpy_scalars_in_the_dsl_are_literals():
         y = coiter.Tensor.from_numpy(np.zeros(3), name="y")
         y[i] = x[i] * scalar
         np.testing.assert_array_equal(y.to_numpy(), np.arange(3.0) * scalar)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "ell"])
+def test_layout_operand_into_a_sparse_result_through_a_workspace(fmt):
+    # found by the fuzzer: the workspace choice indexed a DIA/ELL access's levels as modes
+    rng = np.random.default_rng(12)
+    b = random_array(rng, (4, 5), 0.4)
+    out = coiter.evaluate("A(l,j) = B(j,l)", out_format="ds", B=coiter.Tensor.from_numpy(b, format=getattr(coiter, fmt)()))
+    check(out, b.T)

@@ -107,7 +107,8 @@ def outer_products(prog: ConcreteProgram, storages: Mapping[str, Storage]) -> tu
     targets = 1
     for a in accesses:
         storage = storages.get(prog.tensors[a.tensor].converted_from or a.tensor)
-        if storage is None:
+        # an operand seen through its layout's levels (DIA, ELL) is indexed by level, not mode
+        if storage is None or len(a.indices) != len(storage.shape):
             return None
         mode = a.indices.index(k)
         coords, _ = storage.to_coords()
