@@ -556,3 +556,13 @@ def test_layout_operand_into_a_sparse_result_through_a_workspace(fmt):
     b = random_array(rng, (4, 5), 0.4)
     out = coiter.evaluate("A(l,j) = B(j,l)", out_format="ds", B=coiter.Tensor.from_numpy(b, format=getattr(coiter, fmt)()))
     check(out, b.T)
+
+
+def test_a_sum_computed_densely_is_held_to_the_memory_cap():
+    rng = np.random.default_rng(13)
+    C = tensor(random_array(rng, (6, 6, 6), 0.3), "sss")
+    with pytest.warns(coiter.PerformanceWarning):
+        k = coiter.compile("A(i,j,k) = C(i,j,k) + C(k,i,j) + C(j,k,i) + C(i,k,j)",
+                           formats={"C": "sss", "A": "sss"}, workspace_memory=100)
+        with pytest.raises(FormatError, match="computed densely and converted to sss, which needs 1728 bytes"):
+            k(C=C)

@@ -147,7 +147,13 @@ def check_dense(prog: ConcreteProgram, dims: Mapping[IndexVar, int], rshape: tup
     converted = decl is None and prog.result_conversion is not None and \
         prog.tensors[prog.result].format.is_dense
     need = dense_bytes(prog, dims, rshape)
-    if (row or converted) and need > cap:
+    if row and need > cap:
         raise FormatError(f"the dense workspace of {prog.result} needs {need} bytes, more than the "
                           f"workspace memory cap of {cap} bytes; use a sparse workspace "
                           "(workspace='hash', 'coord' or 'bucket') or raise the cap")
+    if converted and need > cap:
+        raise FormatError(f"{prog.result} is computed densely and converted to "
+                          f"{prog.result_conversion}, which needs {need} bytes, more than the "
+                          f"workspace memory cap of {cap} bytes; use a sparse workspace "
+                          "(workspace='hash', 'coord' or 'bucket'), add fewer sparse terms per "
+                          "call, or raise the cap")
