@@ -566,3 +566,16 @@ def test_a_sum_computed_densely_is_held_to_the_memory_cap():
                            formats={"C": "sss", "A": "sss"}, workspace_memory=100)
         with pytest.raises(FormatError, match="computed densely and converted to sss, which needs 1728 bytes"):
             k(C=C)
+
+
+@pytest.mark.parametrize("b_format, out_format", [("ss", "sd"), ("csr", "sd"), ("coo", "sd"), ("sss", "sdd"),
+                                                  ("sss", "ssd"), ("dss", "dsd")])
+def test_dense_result_levels_below_levels_shared_with_an_operand(b_format, out_format):
+    # found by the fuzzer: once the shared levels were bound, the dense levels below them
+    # were never located (KeyError in lower_assign)
+    rng = np.random.default_rng(14)
+    b = random_array(rng, (3, 4, 5)[: len(out_format)], 0.4)
+    idx = "ijk"[: len(out_format)]
+    out = coiter.evaluate(f"A({','.join(idx)}) = B({','.join(idx)}) * 3", out_format=out_format,
+                          B=tensor(b, b_format))
+    check(out, 3 * b)

@@ -433,10 +433,13 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             if a.tensor == self.result and self.shared is not None:
                 # the shared levels stand where the operand does; dense levels below insert
                 top = (self.shared, self.shared_levels - 1)
-                if self.shared_levels == decl.order or k >= self.shared_levels or top not in scope.pos:
+                if self.shared_levels == decl.order:
                     continue
-                new[(a, self.shared_levels - 1)] = scope.pos[top]
-                k = self.shared_levels
+                if k < self.shared_levels:
+                    if top not in scope.pos:
+                        continue
+                    new[(a, self.shared_levels - 1)] = scope.pos[top]
+                    k = self.shared_levels
             while k < fmt.order:
                 level = fmt.levels[k]
                 v = self.level_var(a, k)
