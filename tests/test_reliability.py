@@ -579,3 +579,10 @@ def test_dense_result_levels_below_levels_shared_with_an_operand(b_format, out_f
     out = coiter.evaluate(f"A({','.join(idx)}) = B({','.join(idx)}) * 3", out_format=out_format,
                           B=tensor(b, b_format))
     check(out, 3 * b)
+
+
+@pytest.mark.parametrize("fmt", ["uh", "duh", "huh"])
+def test_hashed_level_below_a_non_unique_level_is_refused_when_the_format_is_made(fmt):
+    # found by the fuzzer: accepted by Format and from_numpy, refused only by kernels
+    with pytest.raises(FormatError, match="hashed below a non-unique level"):
+        coiter.parse_format(fmt)

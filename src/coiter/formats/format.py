@@ -47,6 +47,9 @@ class Format:
             parent_unique = k == 0 or lv[k - 1].unique
             if isinstance(level, Dense) and not parent_unique:
                 raise FormatError(f"level {k + 1} is dense below a non-unique level")
+            if isinstance(level, Hashed) and not parent_unique:
+                # a hash table per parent position: repeated parents would split a coordinate
+                raise FormatError(f"level {k + 1} is hashed below a non-unique level")
             if level.branchless and k == 0:
                 raise FormatError(f"a {level.kind} level cannot be the first level")
         if layout is not None and (len(layout.coords) != len(lv) or ordering is not None):
