@@ -586,3 +586,14 @@ def test_hashed_level_below_a_non_unique_level_is_refused_when_the_format_is_mad
     # found by the fuzzer: accepted by Format and from_numpy, refused only by kernels
     with pytest.raises(FormatError, match="hashed below a non-unique level"):
         coiter.parse_format(fmt)
+
+
+@pytest.mark.parametrize("out_format", ["hd", "shd", "ddh", "hhd"])
+def test_hashed_result_formats_with_an_inner_dense_level(out_format):
+    # found by the fuzzer: the extent-specialised variant put the hashed format's dense level
+    # into the COO the result is computed in (FormatError "dense below a non-unique level")
+    rng = np.random.default_rng(15)
+    n = len(out_format)
+    b = random_array(rng, (3, 4, 5)[:n], 0.5)
+    idx = ",".join("ijk"[:n])
+    check(coiter.evaluate(f"A({idx}) = B({idx}) * 2", out_format=out_format, B=tensor(b, "s" * n)), 2 * b)

@@ -276,7 +276,9 @@ class StorageKernel:
         a dense inner level under a sparse one are where a constant bound pays)."""
         if all(f.is_dense for f in self.formats.values()) or self.target != "c":
             return ()
+        # a result computed in another format (a hashed one, in COO) has none of its levels
         return tuple((name, k) for name, fmt in sorted(self.formats.items()) if fmt.layout is None
+                     and (name != self.result or fmt.assemblable)
                      for k, level in enumerate(fmt.levels) if k > 0 and level.with_extent(1) is not None)
 
     def fixed_extents(self, shapes: Mapping[str, tuple[int, ...]]) -> Fixed:

@@ -1,0 +1,573 @@
+"""Random cases for the differential fuzzer: generation, execution and the NumPy reference.
+
+A case is drawn from ``numpy.random.default_rng([seed, number])`` alone, so any case can be
+rebuilt from its two numbers. It is an index-notation assignment ``A(...) = ...`` over up
+to four operands ``B, C, D, E`` of order 0-3 (sums, differences, products, negation,
+literals, implicit reductions, repeated and transposed operands), with random operand and
+result formats, value types, shapes (dimensions 0-5), densities and sometimes NaN/±inf,
+run through one front end:
+
+* ``evaluate``: ``coiter.evaluate(text, out_format=..., **operands)``, twice (the second
+  call takes the C call path);
+* ``compile``: ``coiter.compile(text, formats=...)`` then the kernel, twice; operands may
+  come in another format than declared (the kernel converts them);
+* ``assemble``: as ``compile``, then ``kernel.assemble(...)`` and ``kernel.compute(pattern, ...)``;
+* ``dsl``: ``A[i, j] = B[i, k] * C[k, j]`` on ``coiter.Tensor``s;
+* ``einsum``: ``coiter.einsum("ik,kj->ij", ...)`` (products only, NumPy's semantics).
+
+Each case is Python code (:func:`program`) executed with the operands' arrays, so a failure's
+reproduction (:func:`script`) is exactly what ran. About one case in ten is invalid by
+design (an operand shape that disagrees, an unsupported dtype, a malformed format, or
+``assemble`` of a result format coiter documents as computed through COO); coiter must
+refuse those with the matching :class:`coiter.CoiterError` subclass.
+
+The reference evaluates the same tree with NumPy (``numpy.einsum`` per node) on the dense
+operands, in the type NumPy's promotion gives the whole expression (``numpy.result_type``
+of the operands and literals; types coiter has no kernels for widen to float64/complex128,
+as coiter documents), summing each index variable absent from the result at the innermost
+sub-expression holding all its uses, as coiter's parser documents. In cases with NaN/inf
+data only the entries where the reference is finite are compared: sparse formats drop
+zeros, so a product with an unstored zero is zero where NumPy computes ``0 * inf = nan``,
+and where a sum is placed changes ``inf`` into ``nan`` (``sum_k(x_k) * y`` against
+``sum_k(x_k * y)`` with ``y = inf`` and some ``x_k = 0``; einsum sums over the whole product).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Union
+
+import numpy as np
+import scipy.sparse
+
+import coiter
+from coiter.formats import as_format
+
+VARS = "ijkl"
+NAMES = "BCDE"
+FRONTS = ("evaluate", "compile", "assemble", "dsl", "einsum")
+DTYPES = ("float64", "float32", "int64", "int32", "complex128", "bool")
+SUPPORTED = tuple(np.dtype(d) for d in DTYPES)
+UNSUPPORTED_DTYPES = ("float16", "uint8", "int16", "uint32", "complex64")
+LITERALS: tuple[int | float | complex, ...] = (2.0, -1.5, 3, 0.5, -2, 2j)
+
+# Outcome kinds; the last four are failures.
+PASSED, REFUSED, EXCLUDED = "passed", "typed refusal", "excluded (known bug)"
+MISMATCH, WRONG_REFUSAL, UNTYPED, CRASH = "mismatch", "wrong refusal", "untyped exception", "crash"
+FAILURES = (MISMATCH, WRONG_REFUSAL, UNTYPED, CRASH)
+
+
+# ----------------------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Acc:
+    """``name(idx)``: one index letter per mode of the operand."""
+
+    name: str
+    idx: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: int | float | complex
+
+
+@dataclass(frozen=True)
+class Neg:
+    x: Node
+
+
+@dataclass(frozen=True)
+class Bin:
+    op: str  # "+", "-" or "*"
+    a: Node
+    b: Node
+
+
+Node = Union[Acc, Lit, Neg, Bin]
+
+
+def leaves(e: Node) -> list[Node]:
+    """Accesses and literals, left to right."""
+    if isinstance(e, Neg):
+        return leaves(e.x)
+    if isinstance(e, Bin):
+        return leaves(e.a) + leaves(e.b)
+    return [e]
+
+
+def accesses(e: Node) -> list[Acc]:
+    return [x for x in leaves(e) if isinstance(x, Acc)]
+
+
+def text(e: Node, terse: bool) -> str:
+    """Index-notation text; order-0 accesses as ``B`` or ``B()``."""
+    if isinstance(e, Acc):
+        return e.name if terse and not e.idx else f"{e.name}({','.join(e.idx)})"
+    if isinstance(e, Lit):
+        return repr(e.value)
+    if isinstance(e, Neg):
+        return f"-({text(e.x, terse)})"
+    return f"({text(e.a, terse)} {e.op} {text(e.b, terse)})"
+
+
+def subscript(idx: str) -> str:
+    """The DSL subscript of an access: ``i, j``, ``i`` or ``()``."""
+    return ", ".join(idx) if idx else "()"
+
+
+def dsl(e: Node) -> str:
+    """Python DSL source over Tensors named as the operands."""
+    if isinstance(e, Acc):
+        return f"{e.name}[{subscript(e.idx)}]"
+    if isinstance(e, Lit):
+        return repr(e.value)
+    if isinstance(e, Neg):
+        return f"-({dsl(e.x)})"
+    return f"({dsl(e.a)} {e.op} {dsl(e.b)})"
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+@dataclass
+class Operand:
+    data: np.ndarray
+    fmt: str  # Python source of the format it is built in (as container uses it)
+    container: str  # Python source building it from "{d}" (its array) and "{f}" (fmt)
+    declared: str  # Python source of its format in compile()'s formats (compile, assemble)
+
+
+@dataclass
+class Case:
+    seed: int
+    number: int
+    front: str
+    lhs: str  # the result's index letters
+    rhs: Node
+    operands: dict[str, Operand]
+    out_fmt: str  # Python source of the result format ("None": the front end's default)
+    dims: dict[str, int]
+    result_shape: tuple[int, ...]  # the DSL's result Tensor
+    terse: bool  # shorter spellings: bare order-0 names (B for B()), einsum's implicit output
+    nonfinite: bool  # float data may hold NaN/inf
+    invalid: str  # why coiter must refuse the case ("" when valid)
+    expect: tuple[type[coiter.CoiterError], ...]  # the errors that refusal may raise
+    excluded: str = ""  # the known bug (KNOWN_BUGS) the case falls under
+
+    @property
+    def text(self) -> str:
+        lhs = "A" if self.terse and not self.lhs else f"A({','.join(self.lhs)})"
+        return f"{lhs} = {text(self.rhs, self.terse)}"
+
+    def describe(self) -> str:
+        """One line: the case's numbers, front end, expression and operands."""
+        ops = []
+        for name, op in self.operands.items():
+            tensor = op.container.startswith("coiter")
+            fmt = op.fmt if tensor else op.container.format(d="ndarray", f="").replace("(ndarray)", "")
+            if self.front in ("compile", "assemble"):
+                fmt += f" declared {op.declared}"
+            ops.append(f"{name}: {op.data.dtype}{op.data.shape} {fmt}")
+        tail = f" [invalid: {self.invalid}]" if self.invalid else ""
+        tail += " [nan/inf]" if self.nonfinite else ""
+        return (f"--seed {self.seed} --show {self.number}: {self.front} {self.text!r} "
+                f"out={self.out_fmt}; {'; '.join(ops)}{tail}")
+
+
+# Python sources of named formats, by order (block sizes are drawn separately).
+NAMED: dict[int, tuple[str, ...]] = {
+    0: ("''", "coiter.dense(0)", "coiter.csf(0)"),
+    1: ("coiter.sparse_vector()", "coiter.hash_vector()", "coiter.coo(1)", "coiter.coo_aos(1)",
+        "coiter.csf(1)", "coiter.dense(1)", "'sparse_vector'", "'hash_vector'", "'coo'", "'dense'"),
+    2: ("coiter.csr", "coiter.csc", "coiter.dcsr", "coiter.dcsc", "coiter.csr_unordered",
+        "coiter.coo(2)", "coiter.coo(2, (1, 0))", "coiter.coo_aos(2)", "coiter.csf(2, (1, 0))",
+        "coiter.dense(2, (1, 0))", "coiter.dia()", "coiter.ell()", "coiter.hash_matrix()",
+        "coiter.hash_matrix((1, 0))", "'csr'", "'csc'", "'dcsr'", "'dcsc'", "'coo'", "'dia'",
+        "'ell'", "'hash_matrix'", "'csr_unordered'", "'coo_aos'", "BLOCKED"),
+    3: ("coiter.coo(3)", "coiter.coo(3, PERM)", "coiter.csf(3, PERM)", "coiter.dense(3, PERM)",
+        "coiter.coo_aos(3)", "'coo'", "'csf'", "'coo_aos'", "'dense'"),
+}
+
+# Malformed formats (or formats for another order), by order: FormatError.
+BAD_FORMATS: dict[int, tuple[str, ...]] = {
+    0: ("'d'", "coiter.csr", "'x'"),
+    1: ("'q'", "'c'", "'x'", "'ds'", "coiter.csr", "'s:1'", "'csr'", "coiter.dia()"),
+    2: ("'ud'", "'uh'", "'qs'", "'ds:0,0'", "'ds:1,2'", "'ds:a,b'", "'dsd'", "'s'",
+        "'hash_vector'", "coiter.coo(3)", "'dia:1,0'"),
+    3: ("'uds'", "'duh'", "'huh'", "'dss:0,1,1'", "coiter.csr", "'dia'", "'hash_matrix'", "'qss'",
+        "'ss'"),
+}
+
+
+def level_string(rng: np.random.Generator, order: int) -> str:
+    """A valid TACO format string: a singleton (q, c) only right below a non-unique level
+    (u, c), never dense or hashed below one; sometimes with a mode ordering."""
+    s = ""
+    for _ in range(order):
+        if s and s[-1] in "uc":
+            s += rng.choice(list("qqqqcccsun"))
+        else:
+            s += rng.choice(list("dddddsssssuunnh"))
+    if order > 1 and rng.random() < 0.35:
+        s += ":" + ",".join(str(m) for m in rng.permutation(order))
+    return repr(s)
+
+
+def random_format(rng: np.random.Generator, order: int) -> str:
+    """Python source of a random valid format for an order-``order`` tensor."""
+    if order and rng.random() < 0.5:
+        return level_string(rng, order)
+    src = str(rng.choice(NAMED[order]))
+    if src == "BLOCKED":
+        kind = rng.choice(["bcsr", "bcoo", "csb"])
+        src = f"coiter.{kind}(({rng.integers(1, 4)}, {rng.integers(1, 4)}))"
+    return src.replace("PERM", str(tuple(int(m) for m in rng.permutation(order))))
+
+
+def random_data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, density: float,
+                nonfinite: bool) -> np.ndarray:
+    kind = np.dtype(dtype).kind
+    if kind == "b":
+        a: np.ndarray = rng.random(shape) < 0.6
+    elif kind in "iu":
+        a = rng.integers(-3, 4, shape) if kind == "i" else rng.integers(1, 4, shape)
+    elif kind == "f":
+        a = rng.standard_normal(shape)
+    else:
+        a = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    a = np.asarray(a).astype(dtype)
+    a[rng.random(shape) >= density] = 0
+    if nonfinite and kind in "fc" and a.size:
+        for _ in range(rng.integers(1, 3)):
+            a[tuple(rng.integers(0, d) for d in shape)] = rng.choice([np.nan, np.inf, -np.inf])
+    return a
+
+
+def scipy_container(rng: np.random.Generator, shape: tuple[int, ...]) -> str:
+    kind = str(rng.choice(["csr", "csc", "coo", "dia", "bsr"]))
+    if kind != "bsr":
+        return f"scipy.sparse.{kind}_array({{d}})"
+    block = tuple(int(rng.choice([b for b in (1, 2, 3) if d % b == 0])) for d in shape)
+    return f"scipy.sparse.bsr_array({{d}}, blocksize={block})"
+
+
+def _tree(rng: np.random.Generator, tensors: dict[str, str], depth: int, plain: bool) -> Node:
+    """A random expression; ``plain``: only + and * of accesses (bool operands)."""
+    if depth == 0 or rng.random() < 0.35:
+        if not plain and rng.random() < 0.12:
+            return Lit(LITERALS[rng.integers(len(LITERALS))])
+        name = str(rng.choice(sorted(tensors)))
+        idx = tensors[name]
+        if len(idx) > 1 and rng.random() < 0.1:  # the same operand, transposed
+            idx = "".join(rng.permutation(list(idx)))
+        return Acc(name, idx)
+    if not plain and rng.random() < 0.1:
+        return Neg(_tree(rng, tensors, depth - 1, plain))
+    op = str(rng.choice(["*", "*", "+"] if plain else ["*", "*", "+", "-"]))
+    return Bin(op, _tree(rng, tensors, depth - 1, plain), _tree(rng, tensors, depth - 1, plain))
+
+
+def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
+    """The case ``number`` of ``seed`` (deterministic)."""
+    rng = np.random.default_rng([seed, number])
+    front = str(rng.choice(FRONTS, p=[0.3, 0.2, 0.15, 0.15, 0.2]))
+    dims = {v: int(rng.choice(6, p=[0.06, 0.14, 0.25, 0.25, 0.15, 0.15])) for v in VARS}
+    tensors = {n: "".join(rng.permutation(list(VARS))[: rng.choice(4, p=[0.1, 0.3, 0.35, 0.25])])
+               for n in NAMES[: rng.integers(1, 5)]}
+    one_type = rng.random() < 0.7
+    dtypes = {n: str(rng.choice(DTYPES)) for n in tensors}
+    if one_type:
+        dtypes = dict.fromkeys(tensors, dtypes[NAMES[0]])
+    plain = all(d == "bool" for d in dtypes.values())
+    if front == "einsum":
+        rhs: Node = _tree(rng, tensors, 0, True)
+        for _ in range(rng.integers(0, 4)):
+            rhs = Bin("*", rhs, _tree(rng, tensors, 0, True))
+    else:
+        rhs = _tree(rng, tensors, 3, plain)
+        if not accesses(rhs):
+            rhs = Bin("*", rhs, Acc(NAMES[0], tensors[NAMES[0]]))
+    used = dict.fromkeys(a.name for a in accesses(rhs))
+    transposed = {v for a in accesses(rhs) if a.idx != tensors[a.name] for v in a.idx}
+    for v in transposed:  # a transposed access ties the extents of its modes
+        dims[v] = dims[min(transposed)]
+    letters = list(dict.fromkeys(v for a in accesses(rhs) for v in a.idx))
+    lhs = "".join(rng.permutation(letters)[: rng.integers(0, min(3, len(letters)) + 1)]) if letters else ""
+    nonfinite = rng.random() < 0.1
+    invalid, expect = "", ()
+    shapes = {n: [dims[v] for v in tensors[n]] for n in used}
+    result_shape = [dims[v] for v in lhs]
+    roll = rng.random()
+    shared = [(n, m) for n in used for m, v in enumerate(tensors[n])
+              if any(v in tensors[o] for o in used if o != n)]
+    if roll < 0.04 and (shared or (front == "dsl" and lhs)):
+        invalid, expect = "shape", (coiter.ShapeError,)
+        if front == "dsl" and lhs and (not shared or rng.random() < 0.5):
+            result_shape[rng.integers(len(lhs))] += 1
+        else:
+            n, m = shared[rng.integers(len(shared))]
+            shapes[n][m] += 1
+    elif 0.04 <= roll < 0.07:
+        invalid, expect = "dtype", (coiter.DTypeError,)
+        dtypes[str(rng.choice(list(used)))] = str(rng.choice(UNSUPPORTED_DTYPES))
+    operands = {}
+    for n in used:
+        shape = tuple(shapes[n])
+        data = random_data(rng, shape, dtypes[n], float(rng.choice([0, 0.2, 0.5, 0.8, 1, rng.random()])),
+                           nonfinite)
+        fmt = random_format(rng, len(shape))
+        r = rng.random()
+        if front != "dsl" and r < 0.15 and len(shape) == 2 and dtypes[n] in DTYPES:
+            container = scipy_container(rng, shape)
+        elif front != "dsl" and r < 0.3:
+            container = "{d}"
+        else:
+            container = "coiter.Tensor.from_numpy({d}, format={f})"
+        own = fmt if container.startswith("coiter") else "None"
+        declared = own if rng.random() < 0.75 else random_format(rng, len(shape))
+        operands[n] = Operand(data, fmt, container, declared)
+    out_fmt = "None" if rng.random() < 0.15 else random_format(rng, len(lhs))
+    if 0.07 <= roll < 0.1:
+        invalid, expect = "format", (coiter.FormatError,)
+        target = str(rng.choice(["A", *used]))
+        bad = str(rng.choice(BAD_FORMATS[len(lhs) if target == "A" else len(tensors[target])]))
+        if target == "A":
+            out_fmt = bad
+        else:
+            operands[target] = Operand(operands[target].data, bad,
+                                       "coiter.Tensor.from_numpy({d}, format={f})", bad)
+    if front == "assemble" and not invalid and not assemblable(as_format(eval(out_fmt, {"coiter": coiter}),
+                                                                         len(lhs))):
+        invalid, expect = "assemble of a result computed through COO", (coiter.FormatError,)
+    case = Case(seed, number, front, lhs, rhs, operands, out_fmt, dims, tuple(result_shape),
+                bool(rng.random() < 0.3), nonfinite, invalid, expect)
+    if exclude_known_bugs:
+        case.excluded = next((name for name, applies in KNOWN_BUGS.items() if applies(case)), "")
+    return case
+
+
+def assemblable(fmt: coiter.Format) -> bool:
+    """Whether kernels build results in ``fmt`` directly (docs/formats.md, "Results in every
+    format"): no layout and no hashed level. Others have no assemble/compute phases."""
+    return fmt.layout is None and not any(isinstance(lv, coiter.Hashed) for lv in fmt.levels)
+
+
+# ----------------------------------------------------------------------------- known bugs
+
+
+# Bug classes found by this fuzzer and not fixed yet, by name, each with a predicate: the
+# cases it may apply to are counted as excluded instead of run (``--include-known-bugs``
+# runs them). None is open: the classes found so far (DIA/ELL operands into sparse
+# results, dense result levels below shared ones, hashed levels below non-unique ones,
+# hashed result formats with an inner dense level) are fixed, each with a regression test
+# in tests/test_reliability.py.
+KNOWN_BUGS: dict[str, Callable[[Case], bool]] = {}
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def program(case: Case) -> list[str]:
+    """The Python code of the case: binds ``results`` (and ``pattern`` for assemble)."""
+    lines = [f"{n} = " + op.container.format(d=f"{n}_data", f=op.fmt) for n, op in case.operands.items()]
+    kw = ", ".join(f"{n}={n}" for n in case.operands)
+    if case.front == "evaluate":
+        lines.append(f"results = [coiter.evaluate({case.text!r}, out_format={case.out_fmt}, {kw}) "
+                     "for _ in range(2)]")
+    elif case.front in ("compile", "assemble"):
+        formats = [f"{n!r}: {op.declared}" for n, op in case.operands.items()]
+        formats += [f"'A': {case.out_fmt}"] if case.out_fmt != "None" else []
+        lines.append(f"kernel = coiter.compile({case.text!r}, formats={{{', '.join(formats)}}})")
+        if case.front == "compile":
+            lines.append(f"results = [kernel({kw}) for _ in range(2)]")
+        else:
+            lines.append(f"pattern = kernel.assemble({kw})")
+            lines.append(f"results = [kernel.compute(pattern, {kw}) for _ in range(2)]")
+    elif case.front == "dsl":
+        names = sorted({v for a in accesses(case.rhs) for v in a.idx})
+        if names:
+            lines.append(f"{', '.join(names)}, = coiter.index_vars({' '.join(names)!r})")
+        lines.append(f"A = coiter.Tensor({case.result_shape}, format={case.out_fmt})")
+        lines.append(f"A[{subscript(case.lhs)}] = {dsl(case.rhs)}")
+        lines.append("results = [A]")
+    else:
+        terms = [a.idx for a in accesses(case.rhs)]
+        implicit = "".join(sorted(v for v, c in Counter("".join(terms)).items() if c == 1))
+        subs = ",".join(terms) + ("" if case.lhs == implicit and case.terse else f"->{case.lhs}")
+        args = ", ".join(a.name for a in accesses(case.rhs))
+        lines.append(f"results = [coiter.einsum({subs!r}, {args}, out_format={case.out_fmt}) "
+                     "for _ in range(2)]")
+    return lines
+
+
+@dataclass
+class Outcome:
+    kind: str
+    detail: str = ""
+
+
+Observed = tuple[tuple[int, ...], np.dtype, coiter.Format, np.ndarray]
+
+
+def _observe(t: object) -> Observed:
+    if not isinstance(t, coiter.Tensor):
+        raise AssertionError(f"a front end returned {type(t).__name__}, not a coiter.Tensor")
+    return t.shape, t.dtype, t.format, np.array(t.to_numpy())
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+
+
+def run_case(case: Case) -> Outcome:
+    """Run the case in this process and classify what happened."""
+    if case.excluded:
+        return Outcome(EXCLUDED, case.excluded)
+    ns: dict[str, object] = {"np": np, "scipy": scipy, "coiter": coiter}
+    ns.update({f"{n}_data": op.data for n, op in case.operands.items()})
+    try:
+        exec("\n".join(program(case)), ns)
+        got = [_observe(t) for t in ns["results"]]  # type: ignore[attr-defined]
+        pattern = _observe(ns["pattern"]) if "pattern" in ns else None
+    except coiter.CoiterError as e:
+        if isinstance(e, case.expect):
+            return Outcome(REFUSED, type(e).__name__)
+        wanted = " or ".join(x.__name__ for x in case.expect) or "a result (valid case)"
+        return Outcome(WRONG_REFUSAL, f"{_first_line(e)} (expected {wanted})")
+    except Exception as e:
+        return Outcome(UNTYPED, _first_line(e))
+    if case.expect:
+        return Outcome(WRONG_REFUSAL, f"no error, expected {case.expect[0].__name__} ({case.invalid})")
+    problem = check(case, got, pattern)
+    return Outcome(MISMATCH, problem) if problem else Outcome(PASSED)
+
+
+# ----------------------------------------------------------------------------- reference
+
+
+def result_dtype(case: Case) -> np.dtype:
+    """NumPy's type for the whole expression, widened as coiter documents when it has no
+    kernels for it."""
+    lits = [x.value for x in leaves(case.rhs) if isinstance(x, Lit)]
+    rt = np.result_type(*(op.data.dtype for op in case.operands.values()), *lits)
+    if rt not in SUPPORTED:
+        rt = np.dtype(np.complex128 if rt.kind == "c" else np.float64)
+    return rt
+
+
+def reference(case: Case) -> np.ndarray:
+    """The expected result, computed in int64/float64/complex128 (bool for bool results)."""
+    rt = result_dtype(case)
+    wide = {"b": np.int64, "i": np.int64, "f": np.float64, "c": np.complex128}[rt.kind]
+    total = Counter(v for a in accesses(case.rhs) for v in a.idx)
+
+    def spread(x: np.ndarray, labels: str, out: str) -> np.ndarray:
+        x = np.einsum(f"{labels}->{''.join(v for v in out if v in labels)}", x)
+        x = x.reshape([case.dims[v] if v in labels else 1 for v in out])
+        return np.broadcast_to(x, [case.dims[v] for v in out])
+
+    def ev(e: Node) -> tuple[np.ndarray, str, Counter[str]]:
+        if isinstance(e, Lit):
+            return np.array(e.value, dtype=wide), "", Counter()
+        if isinstance(e, Acc):
+            x, labels, uses = case.operands[e.name].data.astype(wide), e.idx, Counter(e.idx)
+        elif isinstance(e, Neg):
+            x, labels, uses = ev(e.x)
+            x = -x
+        else:
+            a, la, ua = ev(e.a)
+            b, lb, ub = ev(e.b)
+            labels, uses = la + "".join(v for v in lb if v not in la), ua + ub
+            if e.op == "*":
+                x = np.einsum(f"{la},{lb}->{labels}", a, b)
+            else:
+                x = spread(a, la, labels) + (1 if e.op == "+" else -1) * spread(b, lb, labels)
+        # sum each variable not in the result where all its uses are inside e
+        keep = "".join(v for v in labels if v in case.lhs or uses[v] < total[v])
+        return (np.einsum(f"{labels}->{keep}", x) if keep != labels else x), keep, uses
+
+    with np.errstate(all="ignore"):
+        out, labels, _ = ev(case.rhs)
+        out = np.einsum(f"{labels}->{case.lhs}", out)
+    if rt.kind == "b":
+        return out != 0
+    return out.astype(rt) if rt.kind == "i" else out
+
+
+def expected_format(case: Case, operand_formats: list[coiter.Format]) -> coiter.Format:
+    """The result's format: the one asked for, else the front end's documented default
+    (compile and the DSL: dense; evaluate and einsum: coiter.default_result_format's rule)."""
+    order = len(case.lhs)
+    spec = eval(case.out_fmt, {"coiter": coiter})
+    if spec is not None or case.front in ("compile", "assemble", "dsl"):
+        return as_format(spec, order)
+    if order == 0:
+        return coiter.Format([])
+    tensors = [f for f in operand_formats if f.order > 0]
+    if order == 1 or not tensors or any(f.is_dense for f in tensors):
+        return coiter.dense(order)
+    return coiter.csr if order == 2 else coiter.csf(order)
+
+
+def operand_format(op: Operand) -> coiter.Format:
+    """The format an operand arrives in (SciPy kinds keep theirs, BSR becomes BCSR)."""
+    if op.container.startswith("coiter"):
+        return as_format(eval(op.fmt, {"coiter": coiter}), op.data.ndim)
+    if op.container == "{d}":
+        return coiter.dense(op.data.ndim)
+    kind = op.container.split(".")[2][:3]
+    if kind == "bsr":
+        return coiter.bcsr(eval(op.container.split("blocksize=")[1][:-1]))
+    return {"csr": coiter.csr, "csc": coiter.csc, "coo": coiter.coo(2), "dia": coiter.dia()}[kind]
+
+
+def check(case: Case, got: list[Observed], pattern: Observed | None) -> str:
+    """What is wrong with the results ("" when nothing)."""
+    want = reference(case)
+    rt = result_dtype(case)
+    fmt = expected_format(case, [operand_format(op) for op in case.operands.values()])
+    exact = rt.kind in "bi"
+    loose = any(op.data.dtype == np.float32 for op in case.operands.values())
+    tol = (0.0, 0.0) if exact else (1e-4, 1e-3) if loose else (1e-9, 1e-9)
+    unchecked = ~np.isfinite(want) if case.nonfinite else np.zeros(want.shape, dtype=bool)
+    want = np.where(unchecked, 0, want)
+    for k, (shape, dtype, f, arr) in enumerate(got):
+        if (shape, dtype, f) != (want.shape, rt, fmt):
+            return f"result {k}: shape/dtype/format {shape} {dtype} {f}, expected {want.shape} {rt} {fmt}"
+        arr = np.where(unchecked, 0, arr)
+        try:
+            np.testing.assert_allclose(arr, want, rtol=tol[0], atol=tol[1], equal_nan=True)
+        except AssertionError:
+            bad = ~np.isclose(arr, want, rtol=tol[0], atol=tol[1], equal_nan=True)
+            at = tuple(int(x) for x in np.argwhere(bad)[0])
+            return (f"result {k}: {int(bad.sum())} of {bad.size} values differ; at {at} got "
+                    f"{arr[at]!r}, expected {want[at]!r}")
+    if pattern is not None:
+        shape, _, f, arr = pattern
+        if (shape, f) != (want.shape, fmt) or arr.any():
+            return f"pattern: shape {shape}, format {f}, nonzero values {int(np.count_nonzero(arr))}"
+    return ""
+
+
+def _literal(a: np.ndarray) -> str:
+    """Python source of array ``a`` (complex ones as (real, imag) pairs: ``repr`` of a
+    complex with a NaN or infinite part is not Python)."""
+    if a.size == 0:
+        return f"np.zeros({a.shape}, dtype={a.dtype.name!r})"
+    if a.dtype.kind == "c":
+        pairs = np.stack([a.real, a.imag], -1).tolist()
+        return f"np.array({pairs!r}).view({a.dtype.name!r}).reshape({a.shape})"
+    return f"np.array({a.tolist()!r}, dtype={a.dtype.name!r})"
+
+
+def script(case: Case) -> str:
+    """A standalone Python reproduction of the case."""
+    lines = ["import numpy as np", "import scipy.sparse", "import coiter", "from numpy import inf, nan", ""]
+    lines += [f"{n}_data = {_literal(op.data)}" for n, op in case.operands.items()]
+    lines += program(case)
+    if not case.expect:
+        lines += [f"expected = {_literal(reference(case))}",
+                  "for r in results:", "    print(r.to_numpy())", "print(expected)"]
+    return "\n".join(lines) + "\n"
