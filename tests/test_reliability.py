@@ -515,6 +515,28 @@ def test_sums_of_many_sparse_terms_lower_in_linear_time(out_format):
         check(out, reference)
 
 
+@pytest.mark.parametrize("out_format", ["sss", "snu:2,1,0", "dss"])
+def test_sums_computed_densely_assemble_and_compute(out_format):
+    # fuzz seed 1915039827 case 157: such a result refused assemble ("no separate assembly")
+    import warnings
+
+    rng = np.random.default_rng(11)
+    c = random_array(rng, (4, 4, 4), 0.4)
+    C = tensor(c, "sss")
+    terms = list(_PERMUTED)[:4]
+    k = coiter.compile("A(i,j,k) = " + " + ".join(terms), formats={"C": "sss", "A": out_format})
+    reference = sum(np.einsum(_PERMUTED[t] + "->ijk", c) for t in terms)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", coiter.PerformanceWarning)
+        pattern = k.assemble(C=C)
+        assert pattern.format == coiter.formats.parse_format(out_format)
+        assert pattern.nnz == np.count_nonzero(reference) and not pattern.to_numpy().any()
+        check(k.compute(pattern, C=C), reference)
+        smaller = k.assemble(C=tensor(c * (rng.random(c.shape) < 0.5), "sss"))
+        with pytest.raises(coiter.KernelError, match="pattern does not hold"):
+            k.compute(smaller, C=C)
+
+
 def test_three_term_sums_still_merge_in_one_pass():
     import warnings
 

@@ -396,7 +396,7 @@ def test_formats_by_name(name: str) -> None:
     close(got.to_numpy(), 2 * a)
 
 
-def test_converted_results_have_no_separate_assembly() -> None:
+def test_results_built_through_coo_have_no_separate_assembly() -> None:
     a = sp.csr_array(mat((6, 6), 0.3, 44))
     k = coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "dia"})
     with pytest.raises(FormatError, match="no separate assembly"):

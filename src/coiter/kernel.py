@@ -120,8 +120,9 @@ class Kernel:
             storages[name] = t.storage
         pstore = None
         if mode == "compute":
-            pstore = as_tensor(pattern, core.program({n: s.vals.dtype for n, s in storages.items()})
-                               .tensors[core.result].format, name="pattern").storage
+            prog = core.program({n: s.vals.dtype for n, s in storages.items()})
+            pfmt = prog.result_conversion or prog.tensors[core.result].format
+            pstore = as_tensor(pattern, pfmt, name="pattern").storage
         storage, var = core.run(storages, mode, pstore, result_shape, threads)
         if mode == "fused":
             self._plan = self._plan_of(var)

@@ -353,10 +353,8 @@ class StorageKernel:
             raise FormatError(f"{mode}: the scheduled kernel writes {self.result} in place over "
                               f"{rdecl.pattern_of}'s pattern; call the kernel instead")
         if mode != "fused" and prog.result_conversion is not None:
-            # the kernel builds another format and converts, which keeps no explicit zeros
-            raise FormatError(
-                f"{mode}: the result {self.result} ({prog.result_conversion}) is computed in "
-                f"{rdecl.format} and converted, so it has no separate assembly; call the kernel instead")
+            return self._converted_phase(storages, mode, pattern, result_shape, threads, commands,
+                                         prog.result_conversion)
         args: dict[str, Storage] = dict(storages)
         for name, decl in prog.tensors.items():
             if decl.converted_from is not None:
@@ -383,6 +381,41 @@ class StorageKernel:
 
             storage = convert(storage, prog.result_conversion)
         return storage, var
+
+    def _converted_phase(self, storages: Mapping[str, Storage], mode: str, pattern: Storage | None,
+                         result_shape: tuple[int, ...] | None, threads: int | None,
+                         commands: tuple[Command, ...] | None, final: Format) -> tuple[Storage, Variant]:
+        """assemble or compute for a result the kernel builds in another format and converts to
+        ``final``: no kernel phase builds its structure alone, so both run the whole kernel. assemble
+        keeps the converted result's structure; compute places its values into ``pattern``
+        (KernelError when a nonzero falls outside it)."""
+        if not final.assemblable:
+            raise FormatError(f"{mode}: results in {final} are built through COO and have no "
+                              f"separate assembly; call the kernel instead")
+        full, var = self.run(storages, "fused", None, result_shape, threads, commands)
+        if mode == "assemble":
+            return Storage(full.format, full.shape, full.levels, np.zeros_like(full.vals)), var
+        assert pattern is not None
+        coords, vals = full.to_coords()
+        coords = coords[:, vals != 0]
+        vals = vals[vals != 0]
+        # the pattern's value positions, read through to_coords with positions for values
+        probe = Storage(pattern.format, pattern.shape, pattern.levels,
+                        np.arange(pattern.vals.shape[0], dtype=np.int64))
+        pcoords, positions = probe.to_coords()
+        if pattern.shape != full.shape:
+            raise KernelError(_ERRORS[PATTERN_ERROR])
+        wanted = np.ravel_multi_index(tuple(coords), full.shape)
+        held = np.ravel_multi_index(tuple(pcoords), full.shape)
+        order = np.argsort(held, kind="stable")
+        at = np.searchsorted(held[order], wanted)
+        found = at < held.shape[0]
+        found[found] = held[order][at[found]] == wanted[found]
+        if not found.all():
+            raise KernelError(_ERRORS[PATTERN_ERROR])
+        out = np.zeros_like(pattern.vals, dtype=full.vals.dtype)
+        out[positions[order][at]] = vals
+        return Storage(pattern.format, pattern.shape, pattern.levels, out), var
 
     def _check_pattern(self, storages: Mapping[str, Storage], pattern: Storage,
                        result_shape: tuple[int, ...] | None, threads: int | None,
