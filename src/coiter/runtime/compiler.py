@@ -85,6 +85,10 @@ def clear_memory_cache() -> None:
         _loaded.clear()
 
 
+# Integer kernels wrap on overflow as NumPy's integer arrays do; without -fwrapv signed
+# overflow is undefined in C and the compiler may assume it never happens.
+WRAPPING_FLAGS = ("-fwrapv",)
+
 # fast_math=True: floating-point sums may be reassociated (vectorized reductions); NaN,
 # infinities and rounding of each operation stay IEEE (unlike -ffast-math)
 FAST_MATH_FLAGS = ("-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math")
@@ -237,6 +241,8 @@ def _toolchain(openmp: bool, fast_math: bool = False) -> Toolchain:
     flags += ["-shared", "-fPIC"] if "-fPIC" not in flags else ["-shared"]
     if openmp and _supports_openmp(command, tuple(flags)):
         flags.append("-fopenmp")
+    # after $CFLAGS, so no user flags bring back the undefined behaviour
+    flags += WRAPPING_FLAGS
     if fast_math:
         flags += FAST_MATH_FLAGS
     if sanitizing():
