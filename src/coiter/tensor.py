@@ -389,7 +389,8 @@ class Tensor:
         (``{"pos": ..., "crd": ...}`` for a compressed level, ``{}`` for a dense one) and the
         values. Nothing is copied; the arrays are validated against every invariant kernels
         rely on, so malformed data raises FormatError instead of reaching C. Unordered or
-        duplicate entries are allowed where the format's levels say so."""
+        duplicate entries are allowed where the format's levels say so. The validation is
+        not repeated: build a new Tensor after changing an index array in place."""
         dims = check_shape(shape)
         fmt = as_format(format, len(dims))
         arrays = tuple({k: np.asarray(v) for k, v in lv.items()} for lv in levels)
