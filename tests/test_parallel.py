@@ -74,3 +74,48 @@ def test_parallel_loops_writing_outer_scalars_keep_their_body() -> None:
     k = coiter.compile("a = x(i) * y(i)", schedule="parallelize(i,CPUThread,ParallelReduction)")
     np.testing.assert_allclose(k(x=x, y=y, threads=2).to_numpy(), x @ y, rtol=1e-12)
     assert "reduction(+: t0)" in k.source and "coiter_fused_body" not in k.source
+
+
+_APPENDED_FIRST_LEVEL = [
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "dcsr", "B": "csr", "C": "dcsr"}, lambda a, b: a @ b),
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "csr", "B": "csr", "C": "coo"}, lambda a, b: a @ b),
+    ("C(i,j) = A(i,j) + B(i,j)", {"A": "dcsr", "B": "csr", "C": "dcsr"}, lambda a, b: a + b),
+    ("C(i,j) = A(i,j) * B(i,j)", {"A": "csr", "B": "csr", "C": "coo"}, lambda a, b: a.multiply(b)),
+    ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "sd"}, lambda a, b: a + b),
+]
+
+
+@pytest.mark.parametrize("expr,formats,reference", _APPENDED_FIRST_LEVEL)
+@pytest.mark.parametrize("shape", [(1500, 1200), (3, 40)])  # 3 rows: some threads get none
+def test_results_with_an_appended_first_level_assemble_in_parallel(expr, formats, reference, shape):
+    """DCSR, COO and dense-below-compressed results are assembled by every thread into its
+    own buffers and merged in row order: the same arrays as one thread builds."""
+    rng = np.random.default_rng(6)
+    a = sp.random_array(shape, density=0.02, rng=rng, format="csr")
+    b_shape = (shape[1], shape[1]) if "k" in expr else shape  # a product, or elementwise
+    b = sp.random_array(b_shape, density=0.02, rng=rng, format="csr")
+    k = coiter.compile(expr, formats=formats)
+    assert "rows in parallel" in k.source
+    serial = k(A=a, B=b, threads=1)
+    np.testing.assert_allclose(serial.to_numpy(), np.asarray(reference(a, b).todense()), rtol=1e-12)
+    for threads in (2, 3, 5):
+        got = k(A=a, B=b, threads=threads).storage
+        for mine, theirs in zip(got.levels, serial.storage.levels):
+            assert mine.keys() == theirs.keys()
+            assert all(np.array_equal(mine[n], theirs[n]) for n in mine)
+        np.testing.assert_array_equal(got.vals, serial.storage.vals)
+
+
+def test_csf_results_assemble_in_parallel() -> None:
+    rng = np.random.default_rng(7)
+    t = rng.random((60, 50, 40)) * (rng.random((60, 50, 40)) < 0.05)
+    c = rng.random(40)
+    T = coiter.Tensor.from_numpy(t, format="sss")
+    k = coiter.compile("C(i,j,l) = T(i,j,l) * c(l) + T(i,j,l)", formats={"T": "sss", "C": "sss"})
+    assert "rows in parallel" in k.source
+    serial = k(T=T, c=c, threads=1)
+    np.testing.assert_allclose(serial.to_numpy(), t * c + t, rtol=1e-12)
+    got = k(T=T, c=c, threads=2).storage
+    for mine, theirs in zip(got.levels, serial.storage.levels):
+        assert all(np.array_equal(mine[n], theirs[n]) for n in mine)
+    np.testing.assert_array_equal(got.vals, serial.storage.vals)

@@ -373,7 +373,7 @@ def test_errors_found_when_lowering() -> None:
         k(A=A, B=A)
     with pytest.raises(ScheduleError, match="append to the sparse result C"):
         coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "dcsr"},
-                       schedule="parallelize(i,CPUThread,NoRaces)")
+                       schedule="parallelize(j,CPUThread,NoRaces)")
 
 
 def test_sparse_result_blocks_reorder_across_reduction() -> None:

@@ -261,22 +261,34 @@ def test_unknown_workspace_is_named() -> None:
         coiter.compile("A(i,j) = B(i,k) * C(k,j)", workspace="heap")
 
 
-def test_parallel_loops_over_a_sparse_workspace_are_refused() -> None:
-    """Sparse workspaces are serial: a parallelize that would share one is a ScheduleError
-    (the dense row workspace assembles rows in parallel, one workspace per thread)."""
+def test_parallel_loops_sharing_a_workspace_are_refused() -> None:
+    """A parallelize whose iterations would share one workspace is a ScheduleError (the
+    outer product's loop over k scatters into one workspace of the whole result)."""
     from coiter.errors import ScheduleError
 
     with pytest.raises(ScheduleError, match="workspace w0 is shared"):
         coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csc", "C": "csr"},
                        schedule="parallelize(k,CPUThread,NoRaces)")
-    with pytest.raises(ScheduleError, match="workspace w0 is shared"):
-        coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
-                       workspace="hash", schedule="parallelize(i,CPUThread,NoRaces)")
+
+
+@pytest.mark.parametrize("policy", ["coord", "bucket", "hash", "dense"])
+@pytest.mark.parametrize("result", RESULTS_2[:4])
+def test_row_workspaces_are_per_thread(policy: str, result: str) -> None:
+    """Rows assembled in parallel give every thread its own workspace, of every policy, for
+    results with a dense or a compressed first level: the same arrays as one thread."""
     rng = np.random.default_rng(8)
-    B = sp.random(200, 150, density=0.05, format="csr", random_state=rng)
-    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
-                       schedule="parallelize(i,CPUThread,NoRaces)")
-    assert abs(k(B=B, C=B.T.tocsr(), threads=2).to_scipy() - B @ B.T).max() < 1e-12
+    b = sp.random_array((1200, 900), density=0.01, rng=rng, format="csr")
+    c = sp.random_array((900, 1100), density=0.01, rng=rng, format="csr")
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": result, "B": "csr", "C": "csr"},
+                       workspace=policy, schedule="parallelize(i,CPUThread,NoRaces)")
+    assert "rows in parallel" in k.source
+    serial = k(B=b, C=c, threads=1)
+    np.testing.assert_allclose(serial.to_numpy(), (b @ c).toarray(), rtol=1e-12, atol=1e-12)
+    for threads in (2, 3):
+        got = k(B=b, C=c, threads=threads).storage
+        for mine, theirs in zip(got.levels, serial.storage.levels):
+            assert all(np.array_equal(mine[n], theirs[n]) for n in mine)
+        np.testing.assert_array_equal(got.vals, serial.storage.vals)
 
 
 def test_workspace_c_names_never_shadow_user_tensors() -> None:

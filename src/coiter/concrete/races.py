@@ -53,9 +53,10 @@ class Race:
 
 
 def row_assembly(loop: Forall, decls: Mapping[str, TensorDecl]) -> bool:
-    """Whether ``loop`` walks the rows of a CSR-like result (a dense first level over the
-    loop's variable, then one compressed level and branchless ones): its iterations can
-    assemble rows in parallel into per-thread buffers merged afterwards."""
+    """Whether ``loop`` walks the rows of a result whose iterations can assemble rows in
+    parallel into per-thread buffers merged afterwards: a CSR-like result (a dense first
+    level over the loop's variable, then one compressed level and branchless ones), or one
+    whose first level appends (DCSR, COO, CSF: appending and dense levels below)."""
     writes = [s.lhs for s in walk_stmts(loop.body) if isinstance(s, Assign)
               and decls[s.lhs.tensor].role == "result"]
     if not writes:
@@ -64,9 +65,12 @@ def row_assembly(loop: Forall, decls: Mapping[str, TensorDecl]) -> bool:
     levels = decl.format.levels
     if decl.order < 2 or decl.format.layout is not None:
         return False
-    if not (levels[0].full and levels[0].has_insert and levels[1].has_append and not levels[1].branchless):
+    if levels[0].has_append and not levels[0].branchless:
+        if not all(lv.has_append or (lv.full and lv.has_insert) for lv in levels[1:]):
+            return False
+    elif not (levels[0].full and levels[0].has_insert and levels[1].has_append and not levels[1].branchless):
         return False
-    if not all(lv.has_append and lv.branchless for lv in levels[2:]):
+    elif not all(lv.has_append and lv.branchless for lv in levels[2:]):
         return False
     return all(a.indices[decl.format.ordering[0]] == loop.var for a in writes)
 

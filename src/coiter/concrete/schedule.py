@@ -453,16 +453,18 @@ def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why
     """The race strategy's preconditions for running ``loop`` in parallel."""
     if unit == "NotParallel":
         return
-    # rows of a CSR-like result are assembled into per-thread buffers (workspaces too)
+    # rows of a CSR-like, DCSR, COO or CSF result are assembled into per-thread buffers
+    # (workspaces too)
     rows = unit == "CPUThread" and prov.defining(loop.var) is None and row_assembly(loop, decls)
     for s in walk_stmts(loop.body):
         decl = decls[s.lhs.tensor] if isinstance(s, Assign) else None
         if decl is not None and decl.role == "result" and not rows and not random_writes(decl):
             raise ScheduleError(f"{why}: iterations would append to the sparse result "
-                                f"{decl.name} ({decl.format}) concurrently; only the rows of a "
-                                "CSR-like result can be assembled in parallel")
+                                f"{decl.name} ({decl.format}) concurrently; results are assembled "
+                                "in parallel only by the loop over their first mode, when that "
+                                "level is compressed (DCSR, COO, CSF) or dense above a compressed one (CSR)")
     for r in races(prov, loop, decls):
-        if r.role == "workspace" and rows and decls[r.access.tensor].policy is None:
+        if r.role == "workspace" and rows:
             continue
         if r.role == "workspace":
             raise ScheduleError(f"{why}: the workspace {r.access.tensor} is shared by all iterations")

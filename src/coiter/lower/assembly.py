@@ -14,7 +14,8 @@ code and jumps to the end of the thread's block.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..concrete.provenance import Provenance
 from ..concrete.races import races, row_assembly
@@ -23,7 +24,7 @@ from ..formats.levels.base import LevelNames
 from ..notation.ast import accesses
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Goto, If,
-    IRStmt, Label, Load, Pragma, Region, Return, Un, Var, While, add, block, mul,
+    IRExpr, IRStmt, Label, Load, Pragma, Region, Return, Un, Var, While, add, block, mul,
 )
 
 RC = "coiter_rc"
@@ -43,8 +44,6 @@ def row_region(prog: ConcreteProgram) -> Forall | None:
         return None
     if any(r.role not in ("result", "workspace") for r in races(prov, f, prog.tensors)):
         return None
-    if any(d.policy is not None for d in prog.tensors.values()):
-        return None  # sparse workspaces are serial
     for s in walk_stmts(f.body):
         for a in [s.lhs, *accesses(s.rhs)] if isinstance(s, Assign) else []:
             decl = prog.tensors[a.tensor]
@@ -68,27 +67,22 @@ class ParallelAssembly:
         return row_region(self.prog)
 
     def lower_region(self, f: Forall, scope) -> list[IRStmt]:
-        g = self.groups[0]
         fmt = self.fmt(self.result)
         itype, vt = self.itype[self.result], self.vtype[self.result]
-        nt, tid, lo, hi, total, t = (self._unique(n) for n in (
-            "coiter_nt", "coiter_tid", "coiter_lo", "coiter_hi", "coiter_total", "coiter_t"))
+        nt, tid, lo, hi, t = (self._unique(n) for n in (
+            "coiter_nt", "coiter_tid", "coiter_lo", "coiter_hi", "coiter_t"))
         done = self._unique("coiter_thread_done")
         self.used.add(RC)
-        # (name, C element type) of the arrays each thread fills
-        arrays = [(self.names(self.result, m).array(a), itype)
-                  for m in g.members for a in fmt.levels[m].position_arrays]
-        arrays.append((self.vals(self.result), vt))
-        parts = {name: self._unique(f"{name}_parts") for name, _ in arrays}
-        counts = self._unique("coiter_part_n")
+        buffers = self._thread_buffers()
+        parts = {b.name: self._unique(f"{b.name}_parts") for b in buffers}
+        counts = {g.counter: self._unique(f"coiter_{g.counter}_n") for g in self.groups}
         n_rows = self.extent[f.var]
 
         out: list[IRStmt] = [Comment("rows in parallel: per-thread buffers, merged in row order"),
                              Decl("int", RC, Const(0)),
                              Decl("int64_t", nt, Call("COITER_THREADS", ()))]
-        for name, ctype in arrays + [(counts, "int64_t")]:
-            table = parts.get(name, counts)
-            elt = "int64_t" if table == counts else f"{ctype}*"
+        tables = [(parts[b.name], f"{b.ctype}*") for b in buffers] + [(c, "int64_t") for c in counts.values()]
+        for table, elt in tables:
             out.append(Decl(f"{elt}*", table, Cast(f"{elt}*", Call("calloc", (Var(nt), Call("sizeof", (Var(elt),)))))))
             out.append(If(Un("!", Var(table)), block(Return(Const(1)))))
 
@@ -96,18 +90,25 @@ class ParallelAssembly:
             Decl("int64_t", tid, Call("COITER_THREAD_NUM", ())),
             Decl("int64_t", lo, Bin("/", mul(n_rows, Var(tid)), Var(nt))),
             Decl("int64_t", hi, Bin("/", mul(n_rows, add(Var(tid), Const(1))), Var(nt))),
+        ]
+        for g in self.groups:
             # every thread reserves the whole hint: rows are rarely split evenly (SpAdd3's
             # union, whose hint is exact, grew and copied a thread's buffers on most calls),
             # and pages a thread never writes cost nothing
-            Decl("int64_t", g.cap, Call("COITER_MAX", (Var(f"{self.cn[self.result]}_cap_hint"), Const(16)))),
-            Decl("int64_t", g.counter, Const(0)),
-        ]
-        for name, ctype in arrays:
-            local.append(Decl(f"{ctype}*", name, Cast(f"{ctype}*", Call("malloc", (mul(Var(g.cap), Call(
-                "sizeof", (Var(ctype),))),)))))
-        fail = [If(Un("!", Var(name)), block(Return(Const(1)))) for name, _ in arrays]
+            local += [Decl("int64_t", g.cap, Call("COITER_MAX", (Var(f"{self.cn[self.result]}_cap_hint"), Const(16)))),
+                      Decl("int64_t", g.counter, Const(0))]
+        for b in buffers:
+            size = Call("sizeof", (Var(b.ctype),))
+            alloc = Call("calloc", (b.length, size)) if b.zeroed else Call("malloc", (mul(b.length, size),))
+            local.append(Decl(f"{b.ctype}*", b.name, Cast(f"{b.ctype}*", alloc)))
+        fail = [If(Un("!", Var(b.name)), block(Return(Const(1)))) for b in buffers]
         for name, decl in self.decls.items():
-            if decl.role == "workspace":
+            if decl.role == "workspace" and decl.policy is not None:
+                # the zeroed structure first: the jump to the end frees it
+                allocs = self._workspace_alloc(name, decl)
+                local.append(allocs[0])
+                fail += allocs[1:]
+            elif decl.role == "workspace":
                 # declarations before any check: the jump to the end must not skip one
                 allocs = self._workspace_alloc(name, decl)
                 local += [s for s in allocs if isinstance(s, Decl)]
@@ -117,40 +118,105 @@ class ParallelAssembly:
             rows = self.lower_forall(replace(f, unit="NotParallel"), scope)
         finally:
             del self.window[f.var]
-        publish = [IRAssign(Load(parts[name], Var(tid)), Var(name)) for name, _ in arrays]
-        publish.append(IRAssign(Load(counts, Var(tid)), Var(g.counter)))
+        publish = [IRAssign(Load(parts[b.name], Var(tid)), Var(b.name)) for b in buffers]
+        publish += [IRAssign(Load(c, Var(tid)), Var(counter)) for counter, c in counts.items()]
         frees = self._workspace_frees()
         body = [*local, *_no_returns(fail + rows, done), Label(done), *publish, *frees]
         out.append(Region(f"omp parallel num_threads({nt})", block(body)))
 
         # merge: concatenate the parts in thread order (= row order)
-        out.append(Decl("int64_t", total, Const(0)))
-        out.append(For(t, "int64_t", Const(0), Var(nt), block(IRAssign(Var(total), Load(counts, Var(t)), "+="))))
-        cleanup = [ExprStmt(Call("free", (Load(parts[name], Var(t)),))) for name, _ in arrays]
-        release = [For(t, "int64_t", Const(0), Var(nt), block(cleanup))]
-        release += [ExprStmt(Call("free", (Var(table),))) for table in [*parts.values(), counts]]
-        out.append(If(Var(RC), block(release, Return(Var(RC)))))
-        out.append(IRAssign(Var(g.counter), Var(total)))
-        # thread 0's buffers grow (or shrink) to the whole result and take the others' rows
+        cleanup = [ExprStmt(Call("free", (Load(parts[b.name], Var(t)),))) for b in buffers]
+        # each group's counter becomes its total; the parts' offsets are running totals
+        offsets = {g.counter: self._unique(f"coiter_{g.counter}_at") for g in self.groups}
+        for g in self.groups:
+            out.append(IRAssign(Var(g.counter), Const(0)))
+            out.append(For(t, "int64_t", Const(0), Var(nt), block(
+                IRAssign(Var(g.counter), Load(counts[g.counter], Var(t)), "+="))))
+        # thread 0's buffers grow (or shrink) to the whole result and take the others' parts
         # after their own: one thread hands its buffers over without a copy
-        offset = self._unique("coiter_offset")
-        for name, ctype in arrays:
-            first = Load(parts[name], Const(0))
-            out.append(IRAssign(Var(name), Cast(f"{ctype}*", Call("realloc", (first, mul(
-                Call("COITER_MAX", (Var(total), Const(1))), Call("sizeof", (Var(ctype),))))))))
-            out.append(If(Un("!", Var(name)), block(release, Return(Const(1)))))
-            out.append(IRAssign(first, Var(name)))  # the old block is gone: release frees this one
-        out.append(Decl("int64_t", offset, Load(counts, Const(0))))
-        copy: list[IRStmt] = []
-        for name, ctype in arrays:
-            size = Call("sizeof", (Var(ctype),))
-            copy.append(ExprStmt(Call("memcpy", (add(Var(name), Var(offset)), Load(parts[name], Var(t)),
-                                                 mul(Load(counts, Var(t)), size)))))
-        copy.append(IRAssign(Var(offset), Load(counts, Var(t)), "+="))
-        out.append(For(t, "int64_t", Const(1), Var(nt), block(copy)))
+        for b in buffers:
+            first = Load(parts[b.name], Const(0))
+            if b.summed:
+                out.append(IRAssign(Var(b.name), first))
+                continue
+            total = add(mul(Var(b.group.counter), b.stride), Const(b.skip))
+            grown = Call("realloc", (first, mul(Call("COITER_MAX", (total, Const(1))),
+                                                Call("sizeof", (Var(b.ctype),)))))
+            # the old block is gone once realloc succeeds: the parts table frees the new one
+            out.append(If(Un("!", Var(RC)), block(
+                IRAssign(Var(b.name), Cast(f"{b.ctype}*", grown)),
+                If(Var(b.name), block(IRAssign(first, Var(b.name))), block(IRAssign(Var(RC), Const(1)))))))
+        release = [For(t, "int64_t", Const(0), Var(nt), block(cleanup))]
+        release += [ExprStmt(Call("free", (Var(table),))) for table, _ in tables]
+        out.append(If(Var(RC), block(release, Return(Var(RC)))))
+        copy: list[IRStmt] = [Decl("int64_t", offsets[g.counter], Load(counts[g.counter], Const(0))) for g in self.groups]
+        step: list[IRStmt] = []
+        for b in buffers:
+            if b.summed:  # every thread counted into the same parents: add them up
+                part, q = self._unique(f"{b.name}_part"), self._unique("coiter_q")
+                step.append(Decl(f"{b.ctype}*", part, Load(parts[b.name], Var(t))))
+                step.append(For(q, "int64_t", Const(1), b.length, block(
+                    IRAssign(Load(b.name, Var(q)), Load(part, Var(q)), "+="))))
+                continue
+            size = Call("sizeof", (Var(b.ctype),))
+            at = add(mul(Var(offsets[b.group.counter]), b.stride), Const(b.skip))
+            src = add(Load(parts[b.name], Var(t)), Const(b.skip))
+            step.append(ExprStmt(Call("memcpy", (add(Var(b.name), at), src,
+                                                 mul(mul(Load(counts[b.group.counter], Var(t)), b.stride), size)))))
+        step += [IRAssign(Var(offsets[g.counter]), Load(counts[g.counter], Var(t)), "+=") for g in self.groups]
+        out += copy
+        out.append(For(t, "int64_t", Const(1), Var(nt), block(step)))
         out.append(For(t, "int64_t", Const(1), Var(nt), block(cleanup)))
-        out += [ExprStmt(Call("free", (Var(table),))) for table in [*parts.values(), counts]]
+        out += [ExprStmt(Call("free", (Var(table),))) for table, _ in tables]
         return out
+
+    def _thread_buffers(self) -> list[_Buffer]:
+        """The result arrays each thread of the region fills on its own: every group's
+        coordinate arrays, the next group's ``pos`` (sized by this group's entries) or the
+        values, and a first level's ``pos`` when the first level appends (every thread's
+        rows hang from the one root). A dense first level's ``pos`` stays shared: threads
+        write disjoint rows of it."""
+        fmt = self.fmt(self.result)
+        itype = self.itype[self.result]
+        out: list[_Buffer] = []
+        first = self.groups[0]
+        if first.head == 0:
+            for arr in fmt.levels[0].parent_arrays:
+                out.append(_Buffer(self.names(self.result, 0).array(arr), itype, first, Const(2),
+                                   Const(1), 1, zeroed=True, summed=True))
+        for n, g in enumerate(self.groups):
+            cap = Var(g.cap)
+            for m in g.members:
+                for arr in fmt.levels[m].position_arrays:
+                    out.append(_Buffer(self.names(self.result, m).array(arr), itype, g, cap, Const(1), 0))
+            nxt = self.groups[n + 1] if n + 1 < len(self.groups) else None
+            stop = nxt.head if nxt else fmt.order
+            mult = self._dense_mult(g.members[-1] + 1, stop)
+            if nxt is not None:
+                # counts from index 1 on (pos[p + 1] += ...), a prefix sum after the merge
+                for arr in fmt.levels[nxt.head].parent_arrays:
+                    out.append(_Buffer(self.names(self.result, nxt.head).array(arr), itype, g,
+                                       add(mul(cap, mult), Const(1)), mult, 1, zeroed=True))
+            else:
+                out.append(_Buffer(self.vals(self.result), self.vtype[self.result], g, mul(cap, mult),
+                                   mult, 0, zeroed=mult != Const(1)))
+        return out
+
+
+@dataclass(frozen=True)
+class _Buffer:
+    """A result array one thread of the parallel region fills: ``length`` elements at
+    first; after the region the parts are concatenated, ``stride`` elements per entry of
+    ``group`` from element ``skip`` on, or (``summed``) added up element by element."""
+
+    name: str
+    ctype: str
+    group: Any
+    length: IRExpr
+    stride: IRExpr
+    skip: int
+    zeroed: bool = False
+    summed: bool = False
 
 
 def _no_returns(stmts: list[IRStmt], label: str) -> list[IRStmt]:

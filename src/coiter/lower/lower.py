@@ -1453,8 +1453,9 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
 
     def _result_alloc(self, buffers: bool = True) -> list[IRStmt]:
         """Allocate every result array; appendable groups start at the capacity hint.
-        Without ``buffers`` only parent arrays (``pos``) are allocated: the arrays that
-        grow with the entries come from the parallel region's merge."""
+        Without ``buffers`` only the ``pos`` of a CSR-like result's rows is allocated (the
+        threads of the parallel region write its disjoint rows): the other arrays come
+        from the region's merge."""
         out: list[IRStmt] = [Comment("allocate the result")]
         fmt = self.fmt(self.result)
         itype = self.itype[self.result]
@@ -1473,7 +1474,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                               [(a, Var(g.cap)) for a in level.position_arrays]:
                     name = self.names(self.result, m).array(arr)
                     self.used.add(name)
-                    if not buffers and arr in level.position_arrays:
+                    shared_rows = arr in level.parent_arrays and g is self.groups[0] and g.head > 0
+                    if not buffers and not shared_rows:
                         out.append(Decl(f"{itype}*", name, Const(0)))
                         continue
                     out.append(Decl(f"{itype}*", name, Cast(f"{itype}*", Call(
