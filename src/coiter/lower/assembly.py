@@ -67,8 +67,6 @@ class ParallelAssembly:
         return row_region(self.prog)
 
     def lower_region(self, f: Forall, scope) -> list[IRStmt]:
-        fmt = self.fmt(self.result)
-        itype, vt = self.itype[self.result], self.vtype[self.result]
         nt, tid, lo, hi, t = (self._unique(n) for n in (
             "coiter_nt", "coiter_tid", "coiter_lo", "coiter_hi", "coiter_t"))
         done = self._unique("coiter_thread_done")
