@@ -56,6 +56,13 @@ CATALOG: list[tuple[str, Callable[[Path], Any], type, str]] = [
     ("division by a sparse operand",
      lambda t: coiter.evaluate("y(i) = x(i) / z(i)", x=X, z=coiter.Tensor.from_numpy(X, format="s")),
      FormatError, "operand z"),
+    ("intrinsic with a wrong number of arguments", lambda t: coiter.parse("y(i) = max(x(i))"),
+     ParseError, "max takes 2 arguments"),
+    ("NumPy function without an intrinsic",
+     lambda t: np.logaddexp(coiter.Tensor.from_numpy(X)[coiter.index_vars("i")[0]], 1.0),
+     ArgumentError, "logaddexp"),
+    ("intrinsic without a version for the type",
+     lambda t: coiter.evaluate("y(i) = max(z(i), 1)", z=X + 1j), DTypeError, "max of complex"),
     # operands
     ("None operand", lambda t: coiter.evaluate(SCALE, x=None), ArgumentError, "operand x"),
     ("operand of an unknown type", lambda t: coiter.evaluate(SCALE, x={"a": 1}), ArgumentError, "operand x"),

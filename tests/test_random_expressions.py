@@ -1,7 +1,7 @@
 """Property-based differential tests: random expressions × formats × data vs NumPy.
 
-Expressions have up to 4 operands of order ≤ 3 with mixed + - * and repeated
-tensors; every tensor gets a random format and random sparse data (including
+Expressions have up to 4 operands of order ≤ 3 with mixed + - *, intrinsic functions
+(zero-preserving or not, unary and binary) and repeated tensors; every tensor gets a random format and random sparse data (including
 zero-size dimensions and all-zero operands). The reference evaluates the same
 reduction placement (innermost scope containing all uses) densely with NumPy.
 """
@@ -12,7 +12,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import coiter
-from coiter.notation.ast import Access, Add, Literal, Mul, Neg, Reduction, Sub
+from coiter.notation.ast import Access, Add, Call, Literal, Mul, Neg, Reduction, Sub
+from coiter.notation.functions import function
 from coiter.notation.parser import parse
 from coiter.notation.reductions import insert_reductions
 
@@ -47,7 +48,11 @@ def problems(draw):
                 return repr(draw(st.sampled_from([2.0, -1.5, 3])))
             name = draw(st.sampled_from(sorted(tensors)))
             return f"{name}({','.join(tensors[name])})"
-        op = draw(st.sampled_from(["+", "-", "*", "*"]))
+        op = draw(st.sampled_from(["+", "-", "*", "*", "f"]))
+        if op == "f":
+            fn = draw(st.sampled_from(["abs", "sin", "cos", "tanh", "atan", "square", "exp", "max", "min"]))
+            args = [expr(depth - 1) for _ in range(2 if fn in ("max", "min") else 1)]
+            return f"{fn}({', '.join(args)})"
         return f"({expr(depth - 1)} {op} {expr(depth - 1)})"
 
     rhs = expr(3)
@@ -87,8 +92,11 @@ def reference(text: str, data: dict, dims: dict) -> np.ndarray:
         if isinstance(e, Reduction):
             a, va = ev(e.body)
             return a.sum(axis=va.index(e.var.name)), [v for v in va if v != e.var.name]
-        a, va = ev(e.a)
-        b, vb = ev(e.b)
+        if isinstance(e, Call) and len(e.args) == 1:
+            a, va = ev(e.args[0])
+            return function(e.fn).ufunc(a), va
+        a, va = ev(e.args[0] if isinstance(e, Call) else e.a)
+        b, vb = ev(e.args[1] if isinstance(e, Call) else e.b)
         vs = va + [v for v in vb if v not in va]
         shape = tuple(dims[v] for v in vs)
 
@@ -97,7 +105,8 @@ def reference(text: str, data: dict, dims: dict) -> np.ndarray:
             x = x.reshape(tuple(dims[v] if v in vx else 1 for v in vs))
             return np.broadcast_to(x, shape)
 
-        op = {Add: np.add, Sub: np.subtract, Mul: np.multiply}[type(e)]
+        op = function(e.fn).ufunc if isinstance(e, Call) else \
+            {Add: np.add, Sub: np.subtract, Mul: np.multiply}[type(e)]
         return op(align(a, va), align(b, vb)), vs
 
     out, vs = ev(asg.rhs)

@@ -34,7 +34,6 @@ from ..notation.ast import (
     Access,
     Add,
     Assignment,
-    BinaryExpr,
     Div,
     Expr,
     IndexVar,
@@ -43,8 +42,11 @@ from ..notation.ast import (
     Reduction,
     Sub,
     accesses,
+    children,
     index_vars_of,
+    map_accesses,
     walk,
+    with_children,
 )
 from .layouts import LayoutPlan, expand_layouts
 from .stmt import (
@@ -112,11 +114,7 @@ class _Lifter:
             temp = _Temp(self.fresh(), reduced, body, free)
             self.temps.append(temp)
             return Access(temp.name, ())
-        if isinstance(e, BinaryExpr):
-            return type(e)(self.lift(e.a), self.lift(e.b))
-        if isinstance(e, Neg):
-            return Neg(self.lift(e.operand))
-        return e
+        return with_children(e, [self.lift(c) for c in children(e)])
 
 
 def _vars_incl_temps(e: Expr, temps: list[_Temp]) -> set[IndexVar]:
@@ -383,9 +381,8 @@ def _hoist(e: Expr) -> tuple[tuple[IndexVar, ...], Expr]:
         if set(va) & set(index_vars_of(b)) or set(vb) & set(index_vars_of(a)):
             return (), type(e)(_wrap(va, a), _wrap(vb, b))
         return va + vb, type(e)(a, b)
-    if isinstance(e, BinaryExpr):
-        return (), type(e)(_wrap(*_hoist(e.a)), _wrap(*_hoist(e.b)))
-    return (), e
+    # sums under additions and inside intrinsics stay where they are
+    return (), with_children(e, [_wrap(*_hoist(c)) for c in children(e)])
 
 
 @dataclass
@@ -478,13 +475,7 @@ def _operand_accesses(body: Expr, temps: list[_Temp]) -> list[Access]:
 
 
 def _rename(e: Expr, renames: Mapping[Access, Access]) -> Expr:
-    if isinstance(e, Access):
-        return renames.get(e, e)
-    if isinstance(e, BinaryExpr):
-        return type(e)(_rename(e.a, renames), _rename(e.b, renames))
-    if isinstance(e, Neg):
-        return Neg(_rename(e.operand, renames))
-    return e
+    return map_accesses(e, lambda a: renames.get(a, a))
 
 
 def _scattered_levels(

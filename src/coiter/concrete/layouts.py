@@ -24,7 +24,8 @@ from typing import Callable, Mapping
 
 from ..formats.format import Format, coo, csr
 from ..notation.ast import (
-    Access, Assignment, BinaryExpr, Div, Expr, IndexVar, Mul, Neg, Reduction, accesses, walk,
+    Access, Assignment, BinaryExpr, Call, Div, Expr, IndexVar, Mul, Neg, Reduction, accesses, children,
+    walk, with_children,
 )
 from .provenance import Split
 
@@ -57,6 +58,9 @@ def _factors(e: Expr, ok: bool, out: set[Access]) -> None:
         _factors(e.body, True, out)
     elif isinstance(e, Neg):
         _factors(e.operand, ok, out)
+    elif isinstance(e, Call):  # an intrinsic's arguments are no factors of the product
+        for arg in e.args:
+            _factors(arg, False, out)
     elif isinstance(e, Mul):
         _factors(e.a, ok, out)
         _factors(e.b, ok, out)
@@ -187,11 +191,7 @@ class _Expander:
                 vars_.append(e.var)
                 e = e.body
             return self.reduce(vars_, e)
-        if isinstance(e, Neg):
-            return Neg(self.rewrite(e.operand, extra))
-        if isinstance(e, BinaryExpr):
-            return type(e)(self.rewrite(e.a, extra), self.rewrite(e.b, extra))
-        return e
+        return with_children(e, [self.rewrite(c, extra) for c in children(e)])
 
     def reduce(self, vars_: list[IndexVar], body: Expr) -> Expr:
         """``sum(vars_, body)`` over level variables: split variables summed as their block

@@ -19,8 +19,10 @@ from ..formats.format import Format, coo, dense
 from ..formats.levels.workspace import WorkspaceList
 from ..formats.workspaces import DENSE, policy_names
 from ..notation.ast import (
-    Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses, factors, rename_index,
+    Access, Add, Call, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses, factors, map_accesses,
+    rename_index,
 )
+from ..notation.functions import zero_at
 from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Split
 from .races import races, row_assembly
 from .commands import Command
@@ -311,6 +313,10 @@ def _vanishes(e: Expr, zero: set[str], a: Access) -> bool:
         return _vanishes(e.a, zero, a)
     if isinstance(e, Neg):
         return _vanishes(e.operand, zero, a)
+    if isinstance(e, Call):  # zero when the function is, at its vanishing arguments
+        args = [0 if _vanishes(x, zero, a) else x.value if isinstance(x, Literal) else None
+                for x in e.args]
+        return None not in args and zero_at(e.fn, tuple(args))
     return isinstance(e, Literal) and e.value == 0
 
 
@@ -585,13 +591,7 @@ def _take_workspace(prog: ConcreteProgram, cmd: Command, decl: TensorDecl, i: An
 def _rename_tensor(s: Stmt, old: str, new: str) -> Stmt:
     """``s`` with every access of tensor ``old`` naming ``new``."""
     def expr(e: Expr) -> Expr:
-        if isinstance(e, Access):
-            return replace(e, tensor=new) if e.tensor == old else e
-        if isinstance(e, BinaryExpr):
-            return type(e)(expr(e.a), expr(e.b))
-        if isinstance(e, Neg):
-            return Neg(expr(e.operand))
-        return e
+        return map_accesses(e, lambda a: replace(a, tensor=new) if a.tensor == old else a)
 
     if isinstance(s, Assign):
         return replace(s, lhs=expr(s.lhs), rhs=expr(s.rhs))

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..notation.ast import Access, Add, Div, Expr, IndexVar, Literal, Mul, Neg, Sub
+from ..notation.ast import Access, Add, Call, Div, Expr, IndexVar, Literal, Mul, Neg, Sub
+from ..notation.functions import absent_value, is_zero
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,11 @@ def _product(a: list[Point], b: list[Point]) -> list[Point]:
     return [p | q for p in a for q in b]
 
 
+def _union(a: list[Point], b: list[Point]) -> list[Point]:
+    """Points of a sum: where both are, where only one is."""
+    return _product(a, b) + a + b
+
+
 def _build(e: Expr, iter_of: Callable[[Access], Iter | None]) -> list[Point]:
     if isinstance(e, Access):
         it = iter_of(e)
@@ -51,8 +57,14 @@ def _build(e: Expr, iter_of: Callable[[Access], Iter | None]) -> list[Point]:
         # denominators are dense (checked by concretize): they never restrict iteration
         return _build(e.a, iter_of)
     if isinstance(e, (Add, Sub)):
-        la, lb = _build(e.a, iter_of), _build(e.b, iter_of)
-        return _product(la, lb) + la + lb
+        return _union(_build(e.a, iter_of), _build(e.b, iter_of))
+    if isinstance(e, Call):
+        # nonzero where any argument is, and everywhere when its value at zeros is not zero
+        args = [_build(arg, iter_of) for arg in e.args]
+        points = args[0]
+        for more in args[1:]:
+            points = _union(points, more)
+        return points if is_zero(absent_value(e)) else points + [frozenset()]
     raise TypeError(f"cannot build a lattice for {type(e).__name__}")
 
 

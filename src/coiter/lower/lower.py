@@ -34,9 +34,12 @@ from ..ir.nodes import (
 )
 from ..lattice.lattice import Iter, Lattice, Point, build_lattice, locate_where_possible, sparse_iters
 from ..notation.ast import (
-    Access, Add, BinaryExpr, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
+    Access, Add, BinaryExpr, Call as Intrinsic, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
+    map_accesses,
 )
+from ..notation.functions import call_dtypes, zero_at
 from .assembly import ParallelAssembly
+from .intrinsics import computable, intrinsic_ir
 from .growth import drop_unread_zero_fill
 from .names import Namer
 from .ism import SparseWorkspaces
@@ -169,15 +172,16 @@ def _is_zero(e: Expr) -> bool:
     return isinstance(e, Literal) and e.value == 0
 
 
-def simplify(e: Expr, zero: frozenset) -> Expr:
-    """Replace accesses in ``zero`` by 0 and fold x*0, x+0, -0 (Chou et al.'s case expressions)."""
+def simplify(e: Expr, zero: frozenset, dtypes: Mapping[str, np.dtype]) -> Expr:
+    """Replace accesses in ``zero`` by 0 and fold x*0, x+0, -0 (Chou et al.'s case expressions).
+    A zero keeps its access's kind (0.0, 0j...): it types the intrinsics it is left in."""
     if isinstance(e, Access):
-        return Literal(0) if e in zero else e
+        return Literal(np.zeros((), dtypes[e.tensor]).item()) if e in zero else e
     if isinstance(e, Neg):
-        a = simplify(e.operand, zero)
+        a = simplify(e.operand, zero, dtypes)
         return Literal(0) if _is_zero(a) else Neg(a)
     if isinstance(e, BinaryExpr):
-        a, b = simplify(e.a, zero), simplify(e.b, zero)
+        a, b = simplify(e.a, zero, dtypes), simplify(e.b, zero, dtypes)
         if isinstance(e, Mul) and (_is_zero(a) or _is_zero(b)):
             return Literal(0)
         if isinstance(e, Div) and _is_zero(a):
@@ -193,23 +197,28 @@ def simplify(e: Expr, zero: frozenset) -> Expr:
             if _is_zero(a):
                 return Neg(b)
         return type(e)(a, b)
+    if isinstance(e, Intrinsic):
+        args = tuple(simplify(x, zero, dtypes) for x in e.args)
+        if all(isinstance(x, Literal) for x in args) and zero_at(e.fn, tuple(x.value for x in args)):
+            return Literal(0)
+        return Intrinsic(e.fn, args)
     return e
 
 
-def restrict(s: Stmt, zero: frozenset) -> Stmt | None:
+def restrict(s: Stmt, zero: frozenset, dtypes: Mapping[str, np.dtype]) -> Stmt | None:
     """``s`` with the accesses in ``zero`` absent; None when nothing is left to do."""
     if isinstance(s, Assign):
-        rhs = simplify(s.rhs, zero)
+        rhs = simplify(s.rhs, zero, dtypes)
         return None if _is_zero(rhs) else replace(s, rhs=rhs)
     if isinstance(s, Forall):
-        body = restrict(s.body, zero)
+        body = restrict(s.body, zero, dtypes)
         return None if body is None else replace(s, body=body)
     if isinstance(s, Where):
-        producer = restrict(s.producer, zero)
+        producer = restrict(s.producer, zero, dtypes)
         if producer is None:  # the temporaries stay zero
             defined = {a.lhs for a in walk_stmts(s.producer) if isinstance(a, Assign)}
-            return restrict(s.consumer, zero | defined)
-        consumer = restrict(s.consumer, zero)
+            return restrict(s.consumer, zero | defined, dtypes)
+        consumer = restrict(s.consumer, zero, dtypes)
         if consumer is None:
             return None
         if _produced(producer).tensor not in {a.tensor for a in _stmt_accesses(consumer)}:
@@ -217,7 +226,7 @@ def restrict(s: Stmt, zero: frozenset) -> Stmt | None:
         return Where(consumer, producer)
     if isinstance(s, (Sequence, Multi)):
         first, second = (s.define, s.mutate) if isinstance(s, Sequence) else (s.left, s.right)
-        a, b = restrict(first, zero), restrict(second, zero)
+        a, b = restrict(first, zero, dtypes), restrict(second, zero, dtypes)
         if a is None or b is None:
             return a or b
         return type(s)(a, b)
@@ -261,13 +270,7 @@ def _produced(s: Stmt) -> Access:
 
 
 def _substitute(e: Expr, defs: Mapping[str, Expr]) -> Expr:
-    if isinstance(e, Access):
-        return defs.get(e.tensor, e)
-    if isinstance(e, BinaryExpr):
-        return type(e)(_substitute(e.a, defs), _substitute(e.b, defs))
-    if isinstance(e, Neg):
-        return Neg(_substitute(e.operand, defs))
-    return e
+    return map_accesses(e, lambda a: defs.get(a.tensor, a))
 
 
 def _lhs_accesses(s: Stmt) -> frozenset:
@@ -301,6 +304,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         self.prog = prog
         self.target = target
         self.decls: Mapping[str, TensorDecl] = prog.tensors
+        self.dtypes = {n: np.dtype(d.dtype) for n, d in prog.tensors.items()}
         self.mode = mode
         self.name = name
         self.namer = Namer()
@@ -587,7 +591,11 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             raise ScheduleError(f"Atomics: OpenMP has no atomic update of complex {lhs}")
         return Pragma("omp atomic", s)
 
-    def expr(self, e: Expr, scope: Scope) -> IRExpr:
+    def expr(self, e: Expr, scope: Scope, dtype: np.dtype | None = None) -> IRExpr:
+        """``e``'s value computed in ``dtype`` (by default the result's type, as NumPy
+        computes into an output array of that type; e.g. int32 * int32 into int64)."""
+        dtype = self.decls[self.result].dtype if dtype is None else np.dtype(dtype)
+        ctype = c_value_type(dtype)
         if isinstance(e, Access):
             decl = self.decls[e.tensor]
             if decl.role == "temp" and decl.order == 0:
@@ -598,16 +606,20 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                 load = Call("coiter_sum", (Var(self.vals(e.tensor)), where.lo, where.hi))
             if where.may_fail:  # an absent entry reads as zero
                 load = Select(Bin(">=", where.lo, Const(0)), load, Const(0))
-            # compute in the result's type, as NumPy does (e.g. int32 * int32 into int64)
-            if self.vtype[e.tensor] != self.vtype[self.result]:
-                load = Cast(self.vtype[self.result], load)
+            if self.vtype[e.tensor] != ctype:
+                load = Cast(ctype, load)
             return load
         if isinstance(e, Literal):
-            return Const(typed_literal(e.value, self.decls[self.result].dtype))
+            return Const(typed_literal(e.value, dtype))
         if isinstance(e, Neg):
-            return Un("-", self.expr(e.operand, scope))
+            return Un("-", self.expr(e.operand, scope, dtype))
         if isinstance(e, BinaryExpr):
-            return Bin(e.symbol, self.expr(e.a, scope), self.expr(e.b, scope))
+            return Bin(e.symbol, self.expr(e.a, scope, dtype), self.expr(e.b, scope, dtype))
+        if isinstance(e, Intrinsic):
+            # computed in the ufunc's loop type for its arguments, then converted
+            loop, out = (computable(t) for t in call_dtypes(e, self.dtypes))
+            value = intrinsic_ir(e.fn, [self.expr(x, scope, loop) for x in e.args], loop, self.support)
+            return value if c_value_type(out) == ctype else Cast(ctype, value)
         raise TypeError(type(e).__name__)
 
     # -- foralls -------------------------------------------------------------------------
@@ -850,7 +862,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         if len(operands) != 1 or self.decls[operands[0].tensor].role != "input":
             return None
         a = operands[0]
-        if restrict(f.body, frozenset({a})) is not None:
+        if restrict(f.body, frozenset({a}), self.dtypes) is not None:
             return None  # the body does not vanish where a is absent (a union): every coordinate counts
         fmt = self.fmt(a.tensor)
         k = self.resolved_depth(scope, a)
@@ -1157,7 +1169,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
     def _case(self, body: Stmt, scope: Scope, v: IndexVar, vexpr: IRExpr, lattice: Lattice,
               q: Point, present: Mapping[Iter, tuple[IRExpr, IRExpr | None]], bottoms) -> list[IRStmt]:
         absent = frozenset(it.access for it in lattice.iterators if it not in q)
-        restricted = restrict(body, absent)
+        restricted = restrict(body, absent, self.dtypes)
         if restricted is None:
             return []
         scope = scope.with_coord(v, vexpr)
@@ -1256,7 +1268,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         a, rest = missing[0], missing[1:]
         found = Bin(">=", scope.pos[(a, self.decls[a.tensor].order - 1)].lo, Const(0))
         then = self._guarded(s, scope, bottoms, starts, rest)
-        absent = restrict(s, frozenset({a}))
+        absent = restrict(s, frozenset({a}), self.dtypes)
         other: list[IRStmt] = []
         if absent is not None:
             other = self._guarded(absent, scope, bottoms, starts,

@@ -51,6 +51,24 @@ class Expr:
     def __neg__(self) -> Expr:
         return Neg(self)
 
+    def __abs__(self) -> Expr:
+        return Call("abs", (self,))
+
+    def __pow__(self, other: Any) -> Expr:
+        return Call("pow", (self, as_expr(other)))
+
+    def __rpow__(self, other: Any) -> Expr:
+        return Call("pow", (as_expr(other), self))
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """NumPy's functions on expressions build them: ``np.sqrt(B[i, j])``,
+        ``np.maximum(b[i], c[i])``, ``np.add(...)``."""
+        from .functions import ufunc_expr
+
+        if method != "__call__" or kwargs:
+            return NotImplemented
+        return ufunc_expr(ufunc, [as_expr(x) for x in inputs])
+
     def __pos__(self) -> Expr:
         return self
 
@@ -136,6 +154,18 @@ class Div(BinaryExpr):
 
 
 @dataclass(frozen=True)
+class Call(Expr):
+    """An intrinsic function applied elementwise, such as ``sqrt(B(i,j))``
+    (:mod:`coiter.notation.functions`)."""
+
+    fn: str
+    args: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return f"{self.fn}({', '.join(str(a) for a in self.args)})"
+
+
+@dataclass(frozen=True)
 class Reduction(Expr):
     """An explicit sum over ``var``; inserted by :func:`coiter.notation.reductions.insert_reductions`."""
 
@@ -187,7 +217,22 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return (e.operand,)
     if isinstance(e, Reduction):
         return (e.body,)
+    if isinstance(e, Call):
+        return e.args
     return ()
+
+
+def with_children(e: Expr, kids: list[Expr] | tuple[Expr, ...]) -> Expr:
+    """A copy of ``e`` with its direct sub-expressions (:func:`children`) replaced by ``kids``."""
+    if isinstance(e, BinaryExpr):
+        return type(e)(kids[0], kids[1])
+    if isinstance(e, Neg):
+        return Neg(kids[0])
+    if isinstance(e, Reduction):
+        return Reduction(e.var, kids[0])
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(kids))
+    return e
 
 
 def walk(e: Expr) -> Iterator[Expr]:
@@ -223,13 +268,7 @@ def map_accesses(e: Expr, f: Callable[[Access], Expr]) -> Expr:
     """``e`` with every access ``a`` replaced by ``f(a)``."""
     if isinstance(e, Access):
         return f(e)
-    if isinstance(e, BinaryExpr):
-        return type(e)(map_accesses(e.a, f), map_accesses(e.b, f))
-    if isinstance(e, Neg):
-        return Neg(map_accesses(e.operand, f))
-    if isinstance(e, Reduction):
-        return Reduction(e.var, map_accesses(e.body, f))
-    return e
+    return with_children(e, [map_accesses(c, f) for c in children(e)])
 
 
 def rename_index(e: Expr, old: IndexVar, new: IndexVar) -> Expr:

@@ -7,9 +7,12 @@ Grammar (whitespace is allowed between any two tokens)::
     expr       := term (('+' | '-') term)*          left associative
     term       := unary (('*' | '/') unary)*        left associative
     unary      := ('-' | '+') unary | primary
-    primary    := access | NUMBER | '(' expr ')'
+    primary    := call | access | NUMBER | '(' expr ')'
+    call       := FUNCTION '(' expr (',' expr)* ')'
 
-A bare ``NAME`` is an order-0 (scalar) tensor access. Numbers are ints (``3``),
+A bare ``NAME`` is an order-0 (scalar) tensor access. ``FUNCTION`` is the name of an
+intrinsic (``sqrt``, ``max``..., :mod:`coiter.notation.functions`) followed by ``(``: those
+names are reserved for calls (a scalar tensor may still be called ``max``). Numbers are ints (``3``),
 floats (``2.5``, ``.5``, ``1e-3``) or imaginary (``2j``). Every syntax or
 consistency error raises :class:`~coiter.errors.ParseError` with the 1-based
 column of the offending character.
@@ -25,6 +28,7 @@ from coiter.notation.ast import (
     Add,
     Assignment,
     BinaryExpr,
+    Call,
     Div,
     Expr,
     IndexVar,
@@ -36,6 +40,8 @@ from coiter.notation.ast import (
     accesses,
     index_vars_of,
 )
+
+from coiter.notation.functions import FUNCTIONS
 
 __all__ = ["parse"]
 
@@ -188,6 +194,8 @@ class _Parser:
 
     def primary(self) -> Expr:
         token = self.peek
+        if token.kind == "name" and token.text in FUNCTIONS and self.tokens[self.pos + 1].is_op("("):
+            return self.call(self.advance())
         if token.kind == "name":
             return self.access(self.advance())[0]
         if token.kind == "number":
@@ -200,6 +208,22 @@ class _Parser:
             self.advance()
             return inner
         raise self.expected("a tensor access, a number or '('")
+
+    def call(self, name: _Token) -> Call:
+        """Parse the argument list after an intrinsic's name."""
+        self.advance()  # the '('
+        args = [self.expr()]
+        while self.peek.is_op(","):
+            self.advance()
+            args.append(self.expr())
+        if not self.peek.is_op(")"):
+            raise self.expected(f"',' or ')' in the arguments of {name.text}")
+        self.advance()
+        arity = FUNCTIONS[name.text].arity
+        if len(args) != arity:
+            raise self.error(f"{name.text} takes {arity} argument{'s' if arity > 1 else ''}, "
+                             f"got {len(args)}", name.column)
+        return Call(name.text, tuple(args))
 
     def access(self, name: _Token) -> tuple[Access, list[_Token]]:
         """Parse the optional index list after ``name``; also return the index tokens."""

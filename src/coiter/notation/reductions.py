@@ -3,20 +3,21 @@
 An index variable used on the right-hand side but not in the result is summed
 (einsum/TACO semantics). The sum is placed at the innermost sub-expression that
 contains every use of the variable, so ``y(i) = A(i,j)*x(j) + z(i)`` becomes
-``y(i) = sum(j, A(i,j)*x(j)) + z(i)`` rather than summing ``z(i)`` too.
+``y(i) = sum(j, A(i,j)*x(j)) + z(i)`` rather than summing ``z(i)`` too. An intrinsic
+function is never entered: ``sum(j, sqrt(A(i,j)))``.
 """
 from __future__ import annotations
 
 from coiter.notation.ast import (
     Access,
     Assignment,
-    BinaryExpr,
+    Call,
     Expr,
     IndexVar,
-    Neg,
     Reduction,
     children,
     index_vars_of,
+    with_children,
 )
 
 __all__ = ["insert_reductions", "reduction_vars"]
@@ -53,24 +54,14 @@ def _place(e: Expr, pending: list[IndexVar]) -> Expr:
     """
     kids = children(e)
     kid_vars = [_free_vars(k) for k in kids]
-    here = [v for v in pending if sum(v in vs for vs in kid_vars) != 1]
-    node = _with_children(
+    # an intrinsic applies elementwise, then the sum: sum(j, sqrt(B(i,j))), never sqrt(sum)
+    here = [v for v in pending if isinstance(e, Call) or sum(v in vs for vs in kid_vars) != 1]
+    node = with_children(
         e, [_place(k, [v for v in pending if v in vs and v not in here]) for k, vs in zip(kids, kid_vars)]
     )
     for v in reversed(here):
         node = Reduction(v, node)
     return node
-
-
-def _with_children(e: Expr, kids: list[Expr]) -> Expr:
-    """A copy of ``e`` with its direct sub-expressions replaced by ``kids``."""
-    if isinstance(e, BinaryExpr):
-        return type(e)(kids[0], kids[1])
-    if isinstance(e, Neg):
-        return Neg(kids[0])
-    if isinstance(e, Reduction):
-        return Reduction(e.var, kids[0])
-    return e
 
 
 def _free_vars(e: Expr) -> set[IndexVar]:

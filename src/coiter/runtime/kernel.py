@@ -25,9 +25,11 @@ from ..concrete.stmt import ConcreteProgram
 from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..formats.storage import INT32_MAX, Storage
+from ..lower.intrinsics import computable
 from ..lower.ism import WORKSPACE_KEY_ERROR
 from ..lower.lower import BOUND_ERROR, PATTERN_ERROR, KernelIR, ParamSpec, lower
-from ..notation.ast import Assignment, Div, IndexVar, Literal, accesses, walk
+from ..notation.ast import Assignment, IndexVar, accesses
+from ..notation.functions import computation_dtype
 from ..notation.reductions import insert_reductions
 from ..formats.workspaces import DENSE, policy_names
 from .autotune import AutoTuner
@@ -157,7 +159,6 @@ class StorageKernel:
         self.inputs = list(dict.fromkeys(a.tensor for a in self.accesses))
         self.orders = {a.tensor: len(a.indices) for a in self.accesses}
         self.orders[self.result] = len(assignment.lhs.indices)
-        self._has_div = any(isinstance(n, Div) for n in walk(assignment.rhs))
         self._programs: dict[tuple, ConcreteProgram] = {}
         self._variants: dict[tuple, Variant] = {}
 
@@ -184,14 +185,9 @@ class StorageKernel:
 
     # -- compilation ---------------------------------------------------------------------
     def result_dtype(self, dtypes: Mapping[str, np.dtype]) -> np.dtype:
-        parts: list[Any] = [dtypes[n] for n in self.inputs]
-        parts += [n.value for n in walk(self.assignment.rhs) if isinstance(n, Literal)]
-        rt = np.result_type(*parts) if parts else self.dtype
-        if self._has_div and rt.kind in "biu":
-            rt = np.dtype(np.float64)
-        if rt not in (np.float64, np.float32, np.int64, np.int32, np.complex128, np.bool_):
-            rt = np.dtype(np.complex128) if rt.kind == "c" else np.dtype(np.float64)
-        return np.dtype(rt)
+        """NumPy's type for the right-hand side, in the nearest type kernels compute in
+        (functions of bools: float32 for NumPy's float16, int64 for its int8)."""
+        return computable(computation_dtype(self.assignment.rhs, dtypes, self.dtype))
 
     def program(self, dtypes: Mapping[str, np.dtype], commands: tuple[Command, ...] | None = None,
                 fixed: Fixed = (), workspace: str | None = None) -> ConcreteProgram:

@@ -1,0 +1,69 @@
+"""C for intrinsic functions (:mod:`coiter.notation.functions`) in a computation type.
+
+C99's ``<math.h>`` and ``<complex.h>`` compute most of them (``sqrtf`` in float); the rest
+are inline expressions with NumPy's meaning: ``max``/``min`` propagate NaN as
+``np.maximum``/``np.minimum`` do, ``abs``/``max``/``min``/``square``/``pow`` of integers stay
+integers (``pow`` by repeated squaring, wrapping on overflow; a negative exponent gives the
+truncated quotient, 0 unless the base is 1 or -1, where NumPy raises), and ``ceil``,
+``floor`` and ``trunc`` of integers are the integers themselves.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError
+from ..ir.nodes import Bin, Call, Const, IRExpr, Select, Un
+from ..notation.functions import function
+from .types import c_value_type
+
+INTEGER_POW = """/* base ** exponent for integers (NumPy's power; a negative exponent truncates) */
+static inline int64_t coiter_ipow(int64_t base, int64_t exponent) {
+  if (exponent < 0) return base == 1 ? 1 : (base == -1 ? (exponent % 2 ? -1 : 1) : 0);
+  uint64_t result = 1, b = (uint64_t)base;  /* unsigned: wraps like NumPy's int64 */
+  for (; exponent; exponent >>= 1, b *= b) if (exponent & 1) result *= b;
+  return (int64_t)result;
+}
+"""
+
+
+def computable(dtype: np.dtype) -> np.dtype:
+    """The value type kernels compute ``dtype`` in: itself when C kernels have it, else
+    the nearest wider one (float16 in float32, small integers in int64)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b" or dtype in (np.float64, np.float32, np.int64, np.int32, np.complex128):
+        return dtype
+    if dtype == np.float16:
+        return np.dtype(np.float32)
+    return np.dtype({"i": np.int64, "u": np.int64, "c": np.complex128}.get(dtype.kind, np.float64))
+
+
+def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str, None]) -> IRExpr:
+    """``fn`` of ``args`` (values of type ``dtype``) as an IR expression of type ``dtype``
+    (``abs`` of complex: its real type); C helpers it needs go into ``support``."""
+    f, kind = function(fn), np.dtype(dtype).kind
+    if fn in ("max", "min"):
+        a, b = args
+        if kind == "c":
+            raise DTypeError(f"{fn} of complex values is not supported")
+        pick = Select(Bin(">" if fn == "max" else "<", a, b), a, b)
+        if kind == "f":  # NaN wins, from either side (a literal is no NaN unless it is one)
+            for x in (b, a):
+                if not (isinstance(x, Const) and x.value == x.value):
+                    pick = Select(Bin("!=", x, x), x, pick)
+        return pick
+    if fn == "square":
+        return Bin("*", args[0], args[0])
+    if kind in "biu":
+        if fn in ("ceil", "floor", "trunc") or (fn == "abs" and kind == "b"):
+            return args[0]
+        if fn == "abs":
+            return Select(Bin("<", args[0], Const(0)), Un("-", args[0]), args[0])
+        if fn == "pow":
+            support.setdefault(INTEGER_POW, None)
+            return Call("coiter_ipow", tuple(args))
+        raise AssertionError(f"NumPy has no integer loop of {fn}")
+    if kind == "c":
+        if f.complex_c is None:
+            raise DTypeError(f"{fn} of complex values is not supported")
+        return Call(f.complex_c, tuple(args))
+    return Call(f.c_name + ("f" if c_value_type(dtype) == "float" else ""), tuple(args))

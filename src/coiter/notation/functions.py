@@ -1,0 +1,172 @@
+"""Intrinsic functions of index notation: ``sqrt(B(i,j))``, ``max(b(i), c(i))``, ``pow(b(i), 2)``.
+
+Each intrinsic is a NumPy ufunc applied elementwise, with NumPy's meaning: its computation
+type is the ufunc's loop type for the arguments' types (``sqrt`` of integers computes in
+float64, ``abs`` of complex returns float64), and it sees the implicit zeros of sparse
+operands as zeros. Whether a sparse operand's absent entries must be visited follows from
+the function's value there, evaluated by NumPy when the kernel is built: ``sqrt(b(i))`` is
+zero wherever ``b`` is, so only ``b``'s entries are visited; ``exp(b(i))`` is 1 there, so
+every coordinate is (and ``pow(b(i), 2)`` visits ``b``'s entries, ``pow(b(i), 0)`` all).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import ArgumentError, DTypeError
+from .ast import (
+    Access, Add, BinaryExpr, Call, Div, Expr, Literal, Mul, Neg, Number, Reduction, Sub, children,
+)
+
+
+@dataclass(frozen=True)
+class Function:
+    """An intrinsic: its name in expressions, its NumPy ufunc, the C99 function computing
+    it in double (float adds ``f``) and in complex (None: no complex version)."""
+
+    name: str
+    ufunc: np.ufunc
+    c_name: str
+    complex_c: str | None = None
+
+    @property
+    def arity(self) -> int:
+        return self.ufunc.nin
+
+
+def _table() -> dict[str, Function]:
+    # (name, ufunc, C99 double function ("" when lowered inline), C99 complex function)
+    rows = [
+        ("abs", np.absolute, "fabs", "cabs"), ("sqrt", np.sqrt, "sqrt", "csqrt"),
+        ("cbrt", np.cbrt, "cbrt", None), ("square", np.square, "", None),
+        ("exp", np.exp, "exp", "cexp"), ("expm1", np.expm1, "expm1", None),
+        ("log", np.log, "log", "clog"), ("log2", np.log2, "log2", None),
+        ("log10", np.log10, "log10", None), ("log1p", np.log1p, "log1p", None),
+        ("sin", np.sin, "sin", "csin"), ("cos", np.cos, "cos", "ccos"), ("tan", np.tan, "tan", "ctan"),
+        ("asin", np.arcsin, "asin", "casin"), ("acos", np.arccos, "acos", "cacos"),
+        ("atan", np.arctan, "atan", "catan"), ("sinh", np.sinh, "sinh", "csinh"),
+        ("cosh", np.cosh, "cosh", "ccosh"), ("tanh", np.tanh, "tanh", "ctanh"),
+        ("asinh", np.arcsinh, "asinh", "casinh"), ("acosh", np.arccosh, "acosh", "cacosh"),
+        ("atanh", np.arctanh, "atanh", "catanh"), ("ceil", np.ceil, "ceil", None),
+        ("floor", np.floor, "floor", None), ("trunc", np.trunc, "trunc", None),
+        ("pow", np.power, "pow", "cpow"), ("atan2", np.arctan2, "atan2", None),
+        ("hypot", np.hypot, "hypot", None), ("max", np.maximum, "", None), ("min", np.minimum, "", None),
+    ]
+    return {name: Function(name, ufunc, c, z) for name, ufunc, c, z in rows}
+
+
+FUNCTIONS: dict[str, Function] = _table()
+
+
+def ufunc_expr(ufunc: np.ufunc, args: list[Expr]) -> Expr:
+    """The expression NumPy's ``ufunc`` of ``args`` stands for (ArgumentError when coiter
+    has no such function)."""
+    arithmetic = {np.add: Add, np.subtract: Sub, np.multiply: Mul, np.true_divide: Div}
+    if ufunc in arithmetic:
+        return arithmetic[ufunc](*args)
+    if ufunc is np.negative:
+        return Neg(args[0])
+    name = next((f.name for f in FUNCTIONS.values() if f.ufunc is ufunc), None)
+    if name is None:
+        raise ArgumentError(f"numpy.{ufunc.__name__} has no coiter equivalent; intrinsics: "
+                            f"{', '.join(FUNCTIONS)}")
+    return Call(name, tuple(args))
+
+
+def function(name: str) -> Function:
+    """The intrinsic called ``name`` (KeyError when there is none)."""
+    return FUNCTIONS[name]
+
+
+def absent_value(e: Expr) -> Any:
+    """The value of ``e`` where every operand holds an implicit zero (a NumPy scalar).
+
+    Nonzero (or NaN) means a loop must visit coordinates where no operand stores an
+    entry: the value is not zero there."""
+    with np.errstate(all="ignore"):
+        return _absent(e)
+
+
+def _absent(e: Expr) -> Any:
+    if isinstance(e, Access):
+        return np.float64(0)
+    if isinstance(e, Literal):
+        return np.complex128(e.value) if isinstance(e.value, complex) else np.float64(e.value)
+    if isinstance(e, Neg):
+        return -_absent(e.operand)
+    if isinstance(e, Reduction):
+        return _absent(e.body)  # a sum of zeros is zero; of anything else, not
+    if isinstance(e, Call):
+        return function(e.fn).ufunc(*(_absent(a) for a in e.args))
+    if isinstance(e, BinaryExpr):
+        ops: dict[type, Callable[[Any, Any], Any]] = {
+            Add: np.add, Sub: np.subtract, Mul: np.multiply, Div: np.true_divide}
+        return ops[type(e)](_absent(e.a), _absent(e.b))
+    raise TypeError(type(e).__name__)
+
+
+def is_zero(value: Any) -> bool:
+    """Whether an absent value is zero (NaN is not)."""
+    return bool(value == 0)
+
+
+def computation_dtype(e: Expr, dtypes: Mapping[str, np.dtype], default: np.dtype) -> np.dtype:
+    """The type NumPy gives ``e``'s value: the promoted type of its operands and literals
+    (literals weakly, NEP 50), a division of integers in float64, and each intrinsic's
+    output type for its arguments' promoted type standing for the intrinsic."""
+    parts = _type_parts(e, dtypes)
+    if not parts:
+        return np.dtype(default)
+    rt = np.result_type(*parts)
+    if rt.kind in "biu" and any(isinstance(n, Div) for n in _outside_calls(e)):
+        rt = np.dtype(np.float64)
+    return np.dtype(rt)
+
+
+def _outside_calls(e: Expr):
+    yield e
+    if isinstance(e, Call):
+        return
+    for c in children(e):
+        yield from _outside_calls(c)
+
+
+def _type_parts(e: Expr, dtypes: Mapping[str, np.dtype]) -> list[Any]:
+    out: list[Any] = []
+    for n in _outside_calls(e):
+        if isinstance(n, Access):
+            out.append(np.dtype(dtypes[n.tensor]))
+        elif isinstance(n, Literal):
+            out.append(n.value)
+        elif isinstance(n, Call):
+            out.append(call_dtypes(n, dtypes)[1])
+    return out
+
+
+def call_dtypes(e: Call, dtypes: Mapping[str, np.dtype]) -> tuple[np.dtype, np.dtype]:
+    """The (input, output) types of the ufunc loop computing ``e``: NumPy's loop for the
+    promoted type of its arguments (float16 loops, which C lacks, become float32)."""
+    parts: list[Any] = []
+    for a in e.args:
+        parts += _type_parts(a, dtypes)
+    promoted = np.result_type(*parts) if parts else np.dtype(np.float64)
+    if any(isinstance(n, Div) for a in e.args for n in _outside_calls(a)) and promoted.kind in "biu":
+        promoted = np.dtype(np.float64)
+    ufunc = function(e.fn).ufunc
+    try:
+        resolved = ufunc.resolve_dtypes((promoted,) * ufunc.nin + (None,))
+    except TypeError as exc:
+        raise DTypeError(f"{e.fn} has no {promoted} version (NumPy: {exc})") from None
+    inp, out = (np.dtype(np.float32) if np.dtype(d) == np.float16 else np.dtype(d)
+                for d in (resolved[0], resolved[-1]))
+    return inp, out
+
+
+def zero_at(fn: str, args: tuple[Number, ...]) -> bool:
+    """Whether ``fn`` of the literal ``args`` is zero (computed in float64, or complex128
+    for complex arguments: an integer power's negative exponent gives no error here)."""
+    kind = complex if any(isinstance(a, complex) for a in args) else float
+    with np.errstate(all="ignore"):
+        return bool(function(fn).ufunc(*(kind(a) for a in args)) == 0)

@@ -1,0 +1,165 @@
+"""Intrinsic functions (``sqrt(B(i,j))``, ``max(b(i), c(i))``...) against NumPy's ufuncs.
+
+Every function runs on sparse and dense operands of every value type NumPy has a loop
+for; values and result types are NumPy's on the densified operands. Which coordinates a
+kernel visits follows from the function's value at zero (``sqrt`` keeps a sparse
+operand's pattern, ``exp`` fills every entry), checked through the result's stored
+entries.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import coiter
+from coiter.notation.functions import FUNCTIONS
+
+UNARY = sorted(n for n, f in FUNCTIONS.items() if f.arity == 1)
+BINARY = sorted(n for n, f in FUNCTIONS.items() if f.arity == 2)
+
+
+def _vector(dtype: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = 12
+    if dtype == "bool":
+        return rng.random(n) < 0.5
+    values = rng.integers(-4, 5, n)
+    values[rng.random(n) < 0.4] = 0
+    if dtype == "complex128":
+        return (values + 1j * np.roll(values, 1)).astype(dtype)
+    scale = 0.37 if dtype.startswith("float") else 1
+    return (values * scale).astype(dtype)
+
+
+def _numpy(fn: str, *args: np.ndarray) -> np.ndarray | None:
+    """NumPy's value (None when NumPy has no loop for these types)."""
+    try:
+        with np.errstate(all="ignore"):
+            return FUNCTIONS[fn].ufunc(*args)
+    except TypeError:
+        return None
+
+
+def _check(got: coiter.Tensor, want: np.ndarray) -> None:
+    want = np.asarray(want)
+    # NumPy computes functions of bools in float16 and int8, C kernels in float32 and int64
+    expected_dtype = {np.float16: np.float32, np.int8: np.int64}.get(want.dtype.type, want.dtype)
+    assert got.dtype == expected_dtype, (got.dtype, want.dtype)
+    tol = {np.float16: 1e-3, np.float32: 1e-5}.get(want.dtype.type, 1e-12)
+    np.testing.assert_allclose(got.to_numpy(), want.astype(got.dtype), rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "int32", "complex128", "bool"])
+@pytest.mark.parametrize("fn", UNARY)
+@pytest.mark.parametrize("fmt", ["s", "d"])
+def test_unary_functions_match_numpy(fn: str, dtype: str, fmt: str) -> None:
+    b = _vector(dtype, 1)
+    want = _numpy(fn, b)
+    B = coiter.Tensor.from_numpy(b, format=fmt)
+    if want is None or (dtype == "complex128" and FUNCTIONS[fn].complex_c is None and fn != "square"):
+        with pytest.raises(coiter.DTypeError, match=fn):
+            coiter.evaluate(f"a(i) = {fn}(b(i))", b=B)
+        return
+    with np.errstate(all="ignore"):
+        _check(coiter.evaluate(f"a(i) = {fn}(b(i))", b=B), want)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "int32", "bool", "complex128"])
+@pytest.mark.parametrize("fn", BINARY)
+def test_binary_functions_match_numpy(fn: str, dtype: str) -> None:
+    b, c = _vector(dtype, 2), _vector(dtype, 3)
+    if fn == "pow" and dtype in ("int64", "int32"):
+        c = np.abs(c)  # NumPy refuses negative integer powers
+    want = _numpy(fn, b, c)
+    B, C = coiter.Tensor.from_numpy(b, format="s"), coiter.Tensor.from_numpy(c, format="s")
+    if want is None or (dtype == "complex128" and FUNCTIONS[fn].complex_c is None):
+        with pytest.raises(coiter.DTypeError, match=fn):
+            coiter.evaluate(f"a(i) = {fn}(b(i), c(i))", b=B, c=C)
+        return
+    _check(coiter.evaluate(f"a(i) = {fn}(b(i), c(i))", b=B, c=C), want)
+
+
+def test_max_and_min_propagate_nan_like_numpy() -> None:
+    b = np.array([np.nan, 1.0, 0.0, -2.0, np.nan, 0.0])
+    c = np.array([1.0, np.nan, -1.0, 0.0, np.nan, 0.0])
+    for fn, ufunc in (("max", np.maximum), ("min", np.minimum)):
+        got = coiter.evaluate(f"a(i) = {fn}(b(i), c(i))", b=coiter.Tensor.from_numpy(b, format="s"),
+                              c=coiter.Tensor.from_numpy(c, format="s"))
+        np.testing.assert_array_equal(got.to_numpy(), ufunc(b, c))
+
+
+@pytest.mark.parametrize("expr,keeps_pattern", [
+    ("sqrt(b(i))", True), ("sin(b(i))", True), ("abs(b(i))", True), ("pow(b(i), 2)", True),
+    ("max(b(i), 0)", True), ("exp(b(i))", False), ("cos(b(i))", False), ("pow(b(i), 0)", False),
+    ("max(b(i), 1)", False), ("log(b(i))", False),
+])
+def test_visited_coordinates_follow_the_value_at_zero(expr: str, keeps_pattern: bool) -> None:
+    """A sparse result holds the operand's entries where the function is zero at zero, and
+    every coordinate otherwise (where its value, e.g. exp(0) = 1, is stored)."""
+    b = np.zeros(50)
+    b[[3, 17, 41]] = [4.0, 0.25, 9.0]
+    got = coiter.evaluate(f"a(i) = {expr}", b=coiter.Tensor.from_numpy(b, format="s"), out_format="s")
+    assert got.nnz == (3 if keeps_pattern else 50)
+    with np.errstate(all="ignore"):
+        want = eval(expr.replace("(i)", ""), {"b": b, "sqrt": np.sqrt, "sin": np.sin, "abs": np.abs,
+                                             "pow": np.power, "max": np.maximum, "exp": np.exp,
+                                             "cos": np.cos, "log": np.log})
+    np.testing.assert_allclose(got.to_numpy(), want)
+
+
+def test_functions_of_sparse_matrices_in_products_and_sums() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.random((30, 20)) * (rng.random((30, 20)) < 0.2)
+    c = rng.random((30, 20)) * (rng.random((30, 20)) < 0.2)
+    x = rng.random(20)
+    A, C = coiter.Tensor.from_numpy(a, format="csr"), coiter.Tensor.from_numpy(c, format="dcsr")
+    _check(coiter.evaluate("y(i) = sqrt(A(i,j)) * x(j)", A=A, x=x), np.sqrt(a) @ x)
+    _check(coiter.evaluate("B(i,j) = max(A(i,j), C(i,j)) - tanh(C(i,j))", A=A, C=C, out_format="csr"),
+           np.maximum(a, c) - np.tanh(c))
+    _check(coiter.evaluate("B(i,j) = exp(A(i,j)) * C(i,j)", A=A, C=C, out_format="csr"), np.exp(a) * c)
+
+
+def test_implicit_sums_apply_after_the_function() -> None:
+    rng = np.random.default_rng(5)
+    b = rng.random((6, 7)) * (rng.random((6, 7)) < 0.5)
+    B = coiter.Tensor.from_numpy(b, format="csr")
+    _check(coiter.evaluate("a(i) = sqrt(B(i,j))", B=B), np.sqrt(b).sum(axis=1))
+    _check(coiter.evaluate("a(i) = exp(B(i,j)) * 2", B=B), (np.exp(b) * 2).sum(axis=1))
+
+
+def test_integer_powers_with_negative_exponents_truncate() -> None:
+    # NumPy raises for a negative integer exponent; coiter gives the truncated quotient
+    b = np.array([1, -1, 2, -3, 0, 5], dtype=np.int64)
+    got = coiter.evaluate("a(i) = pow(b(i), -1) + pow(b(i), -2)", b=b).to_numpy()
+    want = [int(1 / x) + int(1 / x**2) if x else 0 for x in b.tolist()]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_python_operators_and_numpy_ufuncs_build_intrinsics() -> None:
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((5, 4)) * (rng.random((5, 4)) < 0.5)
+    c = rng.standard_normal((5, 4))
+    i, j = coiter.index_vars("i j")
+    A, C = coiter.Tensor.from_numpy(a, format="csr"), coiter.Tensor.from_numpy(c)
+    out = coiter.Tensor((5, 4), format="dd")
+    out[i, j] = np.maximum(abs(A[i, j]) ** 2, C[i, j]) + np.sin(A[i, j]) * np.add(C[i, j], 1.0)
+    _check(out, np.maximum(np.abs(a) ** 2, c) + np.sin(a) * (c + 1.0))
+    with pytest.raises(coiter.ArgumentError, match="logaddexp has no coiter equivalent"):
+        np.logaddexp(A[i, j], C[i, j])
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a(i) = sqrt(b(i), c(i))", "sqrt takes 1 argument, got 2"),
+    ("a(i) = max(b(i))", "max takes 2 arguments, got 1"),
+    ("a(i) = exp(b(i)", r"',' or '\)' in the arguments of exp"),
+])
+def test_bad_calls_are_parse_errors(text: str, message: str) -> None:
+    with pytest.raises(coiter.ParseError, match=message):
+        coiter.compile(text)
+
+
+def test_scalar_tensors_may_carry_function_names() -> None:
+    # a name is a call only when a '(' follows it
+    b = np.array([1.0, 2.0])
+    got = coiter.evaluate("a(i) = b(i) * max", b=b, max=3.0)
+    np.testing.assert_allclose(got.to_numpy(), b * 3.0)
