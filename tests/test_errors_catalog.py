@@ -58,6 +58,8 @@ CATALOG: list[tuple[str, Callable[[Path], Any], type, str]] = [
      FormatError, "operand z"),
     ("intrinsic with a wrong number of arguments", lambda t: coiter.parse("y(i) = max(x(i))"),
      ParseError, "max takes 2 arguments"),
+    ("chained comparison", lambda t: coiter.parse("y(i) = x(i) < z(i) < w(i)"), ParseError,
+     "do not chain"),
     ("NumPy function without an intrinsic",
      lambda t: np.logaddexp(coiter.Tensor.from_numpy(X)[coiter.index_vars("i")[0]], 1.0),
      ArgumentError, "logaddexp"),

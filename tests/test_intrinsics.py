@@ -16,6 +16,8 @@ from coiter.notation.functions import FUNCTIONS
 
 UNARY = sorted(n for n, f in FUNCTIONS.items() if f.arity == 1)
 BINARY = sorted(n for n, f in FUNCTIONS.items() if f.arity == 2)
+# functions of complex values: C99's, and those computed inline
+COMPLEX = {n for n, f in FUNCTIONS.items() if f.complex_c} | {"square", "eq", "neq", "and", "or", "not"}
 
 
 def _vector(dtype: str, seed: int) -> np.ndarray:
@@ -56,7 +58,7 @@ def test_unary_functions_match_numpy(fn: str, dtype: str, fmt: str) -> None:
     b = _vector(dtype, 1)
     want = _numpy(fn, b)
     B = coiter.Tensor.from_numpy(b, format=fmt)
-    if want is None or (dtype == "complex128" and FUNCTIONS[fn].complex_c is None and fn != "square"):
+    if want is None or (dtype == "complex128" and fn not in COMPLEX):
         with pytest.raises(coiter.DTypeError, match=fn):
             coiter.evaluate(f"a(i) = {fn}(b(i))", b=B)
         return
@@ -72,7 +74,7 @@ def test_binary_functions_match_numpy(fn: str, dtype: str) -> None:
         c = np.abs(c)  # NumPy refuses negative integer powers
     want = _numpy(fn, b, c)
     B, C = coiter.Tensor.from_numpy(b, format="s"), coiter.Tensor.from_numpy(c, format="s")
-    if want is None or (dtype == "complex128" and FUNCTIONS[fn].complex_c is None):
+    if want is None or (dtype == "complex128" and fn not in COMPLEX):
         with pytest.raises(coiter.DTypeError, match=fn):
             coiter.evaluate(f"a(i) = {fn}(b(i), c(i))", b=B, c=C)
         return
@@ -163,3 +165,34 @@ def test_scalar_tensors_may_carry_function_names() -> None:
     b = np.array([1.0, 2.0])
     got = coiter.evaluate("a(i) = b(i) * max", b=b, max=3.0)
     np.testing.assert_allclose(got.to_numpy(), b * 3.0)
+
+
+def test_comparison_and_logical_operators() -> None:
+    rng = np.random.default_rng(7)
+    b = rng.integers(-2, 3, 40).astype(np.float64)
+    b[rng.random(40) < 0.4] = 0
+    c = rng.integers(-2, 3, 40).astype(np.int32)
+    B, C = coiter.Tensor.from_numpy(b, format="s"), coiter.Tensor.from_numpy(c, format="s")
+    for text, want in [
+        ("a(i) = b(i) > c(i)", b > c), ("a(i) = b(i) <= c(i) + 1", b <= c + 1),
+        ("a(i) = b(i) * (c(i) < 0) - (b(i) != 0)", b * (c < 0) - (b != 0)),
+        ("a(i) = b(i) == c(i) || !(c(i) >= 0) && b(i) != 0", (b == c) | (~(c >= 0) & (b != 0))),
+        ("a(i) = and(b(i), c(i))", np.logical_and(b, c)),
+    ]:
+        _check(coiter.evaluate(text, b=B, c=C), want)
+    i, = coiter.index_vars("i")
+    out = coiter.Tensor((40,), format="d")
+    out[i] = (B[i] > C[i]) * 2.0 + (B[i] <= 0) + np.equal(B[i], C[i])
+    _check(out, (b > c) * 2.0 + (b <= 0) + (b == c))
+
+
+def test_comparisons_of_complex_values_are_equality_only() -> None:
+    z = np.array([1 + 1j, 0, 2j])
+    _check(coiter.evaluate("a(i) = z(i) == w(i)", z=z, w=z * 1), z == z)
+    with pytest.raises(coiter.DTypeError, match="gt of complex"):
+        coiter.evaluate("a(i) = z(i) > w(i)", z=z, w=z)
+
+
+def test_chained_comparisons_are_parse_errors() -> None:
+    with pytest.raises(coiter.ParseError, match="do not chain"):
+        coiter.parse("a(i) = b(i) < c(i) < d(i)")

@@ -147,7 +147,7 @@ def test_parentheses_override_precedence() -> None:
         ("(y(i)) = A(i)", 1, "expected the result tensor name"),
         ("y(i) = ", 7, "expected a tensor access, a number or '('"),
         ("y(i) = A(i) B(i)", 13, "expected an operator or end of input"),
-        ("y(i) == A(i)", 7, "found '='"),
+        ("y(i) == A(i)", 6, "found '=='"),
         ("y(i) = A(i) += B(i)", 13, "found '+='"),
         ("y(i) = 1e", 9, "found 'e'"),
     ],

@@ -1,7 +1,7 @@
 """C for intrinsic functions (:mod:`coiter.notation.functions`) in a computation type.
 
 C99's ``<math.h>`` and ``<complex.h>`` compute most of them (``sqrtf`` in float); the rest
-are inline expressions with NumPy's meaning: ``max``/``min`` propagate NaN as
+are inline expressions with NumPy's meaning: comparisons and logical operators give bools, ``max``/``min`` propagate NaN as
 ``np.maximum``/``np.minimum`` do, ``abs``/``max``/``min``/``square``/``pow`` of integers stay
 integers (``pow`` by repeated squaring, wrapping on overflow; a negative exponent gives the
 truncated quotient, 0 unless the base is 1 or -1, where NumPy raises), and ``ceil``,
@@ -26,6 +26,9 @@ static inline int64_t coiter_ipow(int64_t base, int64_t exponent) {
 """
 
 
+COMPARISONS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "eq": "==", "neq": "!="}
+
+
 def computable(dtype: np.dtype) -> np.dtype:
     """The value type kernels compute ``dtype`` in: itself when C kernels have it, else
     the nearest wider one (float16 in float32, small integers in int64)."""
@@ -41,6 +44,15 @@ def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str
     """``fn`` of ``args`` (values of type ``dtype``) as an IR expression of type ``dtype``
     (``abs`` of complex: its real type); C helpers it needs go into ``support``."""
     f, kind = function(fn), np.dtype(dtype).kind
+    if fn in COMPARISONS:
+        if kind == "c" and fn not in ("eq", "neq"):
+            raise DTypeError(f"{fn} of complex values is not supported (NumPy orders them "
+                             "lexicographically)")
+        return Bin(COMPARISONS[fn], args[0], args[1])
+    if fn in ("and", "or"):  # C's && and || take any nonzero (NaN too) as true, as NumPy does
+        return Bin("&&" if fn == "and" else "||", args[0], args[1])
+    if fn == "not":
+        return Un("!", args[0])
     if fn in ("max", "min"):
         a, b = args
         if kind == "c":

@@ -51,6 +51,19 @@ class Expr:
     def __neg__(self) -> Expr:
         return Neg(self)
 
+    # ordering comparisons build expressions; == and != keep comparing trees (np.equal builds)
+    def __gt__(self, other: Any) -> Expr:
+        return Call("gt", (self, as_expr(other)))
+
+    def __ge__(self, other: Any) -> Expr:
+        return Call("gte", (self, as_expr(other)))
+
+    def __lt__(self, other: Any) -> Expr:
+        return Call("lt", (self, as_expr(other)))
+
+    def __le__(self, other: Any) -> Expr:
+        return Call("lte", (self, as_expr(other)))
+
     def __abs__(self) -> Expr:
         return Call("abs", (self,))
 
@@ -162,6 +175,7 @@ class Call(Expr):
     args: tuple[Expr, ...]
 
     def __str__(self) -> str:
+        # names that are no identifiers print as calls too: and(a, b) parses back
         return f"{self.fn}({', '.join(str(a) for a in self.args)})"
 
 

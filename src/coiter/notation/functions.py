@@ -53,6 +53,10 @@ def _table() -> dict[str, Function]:
         ("floor", np.floor, "floor", None), ("trunc", np.trunc, "trunc", None),
         ("pow", np.power, "pow", "cpow"), ("atan2", np.arctan2, "atan2", None),
         ("hypot", np.hypot, "hypot", None), ("max", np.maximum, "", None), ("min", np.minimum, "", None),
+        # comparisons and logic (TACO's names; the parser also reads > >= < <= == != && || !)
+        ("gt", np.greater, "", None), ("gte", np.greater_equal, "", None), ("lt", np.less, "", None),
+        ("lte", np.less_equal, "", None), ("eq", np.equal, "", None), ("neq", np.not_equal, "", None),
+        ("and", np.logical_and, "", None), ("or", np.logical_or, "", None), ("not", np.logical_not, "", None),
     ]
     return {name: Function(name, ufunc, c, z) for name, ufunc, c, z in rows}
 

@@ -4,9 +4,12 @@ Grammar (whitespace is allowed between any two tokens)::
 
     assignment := access ('=' | '+=') expr
     access     := NAME [ '(' [ NAME (',' NAME)* ] ')' ]
-    expr       := term (('+' | '-') term)*          left associative
+    expr       := conj ('||' conj)*                 left associative
+    conj       := comparison ('&&' comparison)*     left associative
+    comparison := sum [('<' | '<=' | '>' | '>=' | '==' | '!=') sum]   not chained
+    sum        := term (('+' | '-') term)*          left associative
     term       := unary (('*' | '/') unary)*        left associative
-    unary      := ('-' | '+') unary | primary
+    unary      := ('-' | '+' | '!') unary | primary
     primary    := call | access | NUMBER | '(' expr ')'
     call       := FUNCTION '(' expr (',' expr)* ')'
 
@@ -50,12 +53,14 @@ _TOKEN_RE = re.compile(
     (?P<space>\s+)
     | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[jJ]?)
     | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<op>\+=|[-+*/=(),])
+    | (?P<op>\+=|==|!=|<=|>=|&&|\|\||[-+*/=(),<>!])
     """,
     re.VERBOSE,
 )
 
 _BINARY_NODES: dict[str, type[BinaryExpr]] = {"+": Add, "-": Sub, "*": Mul, "/": Div}
+# operators that are intrinsics (coiter.notation.functions)
+_COMPARISONS = {"<": "lt", "<=": "lte", ">": "gt", ">=": "gte", "==": "eq", "!=": "neq"}
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,28 @@ class _Parser:
         return Assignment(lhs, rhs, accumulate)
 
     def expr(self) -> Expr:
+        node = self.conj()
+        while self.peek.is_op("||"):
+            self.advance()
+            node = Call("or", (node, self.conj()))
+        return node
+
+    def conj(self) -> Expr:
+        node = self.comparison()
+        while self.peek.is_op("&&"):
+            self.advance()
+            node = Call("and", (node, self.comparison()))
+        return node
+
+    def comparison(self) -> Expr:
+        node = self.sum()
+        if self.peek.is_op(*_COMPARISONS):
+            node = Call(_COMPARISONS[self.advance().text], (node, self.sum()))
+            if self.peek.is_op(*_COMPARISONS):
+                raise self.error("comparisons do not chain; join them with '&&'", self.peek.column)
+        return node
+
+    def sum(self) -> Expr:
         node = self.term()
         while self.peek.is_op("+", "-"):
             node = _BINARY_NODES[self.advance().text](node, self.term())
@@ -190,6 +217,9 @@ class _Parser:
             # Unary plus is the identity, exactly as Expr.__pos__ treats it.
             self.advance()
             return self.unary()
+        if self.peek.is_op("!"):
+            self.advance()
+            return Call("not", (self.unary(),))
         return self.primary()
 
     def primary(self) -> Expr:
