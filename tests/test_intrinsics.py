@@ -8,13 +8,15 @@ entries.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 import coiter
 from coiter.notation.functions import FUNCTIONS
 
-UNARY = sorted(n for n, f in FUNCTIONS.items() if f.arity == 1)
+UNARY = sorted(n for n, f in FUNCTIONS.items() if f.arity == 1 and not f.cast)
 BINARY = sorted(n for n, f in FUNCTIONS.items() if f.arity == 2)
 # functions of complex values: C99's, and those computed inline
 COMPLEX = {n for n, f in FUNCTIONS.items() if f.complex_c} | {"square", "eq", "neq", "and", "or", "not"}
@@ -37,7 +39,7 @@ def _numpy(fn: str, *args: np.ndarray) -> np.ndarray | None:
     """NumPy's value (None when NumPy has no loop for these types)."""
     try:
         with np.errstate(all="ignore"):
-            return FUNCTIONS[fn].ufunc(*args)
+            return FUNCTIONS[fn](*args)
     except TypeError:
         return None
 
@@ -196,3 +198,30 @@ def test_comparisons_of_complex_values_are_equality_only() -> None:
 def test_chained_comparisons_are_parse_errors() -> None:
     with pytest.raises(coiter.ParseError, match="do not chain"):
         coiter.parse("a(i) = b(i) < c(i) < d(i)")
+
+
+CASTS = ["bool", "int32", "int64", "float32", "float64", "complex128"]
+
+
+@pytest.mark.parametrize("target", CASTS)
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "int32", "complex128", "bool"])
+@pytest.mark.parametrize("fmt", ["s", "d"])
+def test_casts_convert_as_astype(target: str, dtype: str, fmt: str) -> None:
+    b = _vector(dtype, 8)
+    if dtype == "float64":  # NaN and values beyond int32 convert to the minimum, as on x86
+        b[:3] = [np.nan, 3e12, -1e30]
+    got = coiter.evaluate(f"a(i) = {target}(b(i))", b=coiter.Tensor.from_numpy(b, format=fmt))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        want = b.astype(target)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.to_numpy(), want)
+
+
+def test_a_cast_asks_for_the_result_type() -> None:
+    # TACO's int32 + float32 -> float32, written as a cast of the NumPy (float64) sum
+    b = np.array([1, 2**24 + 1, -3], dtype=np.int32)
+    c = np.array([0.5, 0.25, 1e-3], dtype=np.float32)
+    got = coiter.evaluate("a(i) = float32(b(i) + c(i))", b=b, c=c)
+    _check(got, (b + c).astype(np.float32))
+    assert got.dtype == np.float32

@@ -94,7 +94,7 @@ def reference(text: str, data: dict, dims: dict) -> np.ndarray:
             return a.sum(axis=va.index(e.var.name)), [v for v in va if v != e.var.name]
         if isinstance(e, Call) and len(e.args) == 1:
             a, va = ev(e.args[0])
-            return function(e.fn).ufunc(a), va
+            return function(e.fn)(a), va
         a, va = ev(e.args[0] if isinstance(e, Call) else e.a)
         b, vb = ev(e.args[1] if isinstance(e, Call) else e.b)
         vs = va + [v for v in vb if v not in va]
@@ -105,7 +105,7 @@ def reference(text: str, data: dict, dims: dict) -> np.ndarray:
             x = x.reshape(tuple(dims[v] if v in vx else 1 for v in vs))
             return np.broadcast_to(x, shape)
 
-        op = function(e.fn).ufunc if isinstance(e, Call) else \
+        op = function(e.fn) if isinstance(e, Call) else \
             {Add: np.add, Sub: np.subtract, Mul: np.multiply}[type(e)]
         return op(align(a, va), align(b, vb)), vs
 

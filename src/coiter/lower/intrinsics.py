@@ -5,14 +5,15 @@ are inline expressions with NumPy's meaning: comparisons and logical operators g
 ``np.maximum``/``np.minimum`` do, ``abs``/``max``/``min``/``square``/``pow`` of integers stay
 integers (``pow`` by repeated squaring, wrapping on overflow; a negative exponent gives the
 truncated quotient, 0 unless the base is 1 or -1, where NumPy raises), and ``ceil``,
-``floor`` and ``trunc`` of integers are the integers themselves.
+``floor`` and ``trunc`` of integers are the integers themselves. Casts (``int32(x)``...) convert as
+``astype`` does.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import DTypeError
-from ..ir.nodes import Bin, Call, Const, IRExpr, Select, Un
+from ..ir.nodes import Bin, Call, Cast, Const, IRExpr, Select, Un
 from ..notation.functions import function
 from .types import c_value_type
 
@@ -40,10 +41,27 @@ def computable(dtype: np.dtype) -> np.dtype:
     return np.dtype({"i": np.int64, "u": np.int64, "c": np.complex128}.get(dtype.kind, np.float64))
 
 
+def _cast(x: IRExpr, source: np.dtype, target: np.dtype) -> IRExpr:
+    """``x`` (of type ``source``) converted to ``target`` as NumPy's ``astype`` does on x86:
+    complex to real keeps the real part; a float beyond the integer range, or NaN, becomes
+    the type's minimum (C leaves that undefined)."""
+    ctype = c_value_type(target)
+    if source.kind == "c" and target.kind != "c":
+        x = Call("creal", (x,)) if target.kind != "b" else x
+        source = np.dtype(np.float64)
+    if source.kind in "fc" and target.kind in "iu":
+        info = np.iinfo(target)
+        inside = Bin("&&", Bin(">=", x, Const(float(info.min))), Bin("<", x, Const(-float(info.min))))
+        return Select(inside, Cast(ctype, x), Const(int(info.min)))
+    return Cast(ctype, x)
+
+
 def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str, None]) -> IRExpr:
     """``fn`` of ``args`` (values of type ``dtype``) as an IR expression of type ``dtype``
     (``abs`` of complex: its real type); C helpers it needs go into ``support``."""
     f, kind = function(fn), np.dtype(dtype).kind
+    if f.cast:
+        return _cast(args[0], np.dtype(dtype), computable(np.dtype(f.cast)))
     if fn in COMPARISONS:
         if kind == "c" and fn not in ("eq", "neq"):
             raise DTypeError(f"{fn} of complex values is not supported (NumPy orders them "

@@ -1,6 +1,7 @@
-"""Intrinsic functions of index notation: ``sqrt(B(i,j))``, ``max(b(i), c(i))``, ``pow(b(i), 2)``.
+"""Intrinsic functions of index notation: ``sqrt(B(i,j))``, ``max(b(i), c(i))``, ``pow(b(i), 2)``,
+``b(i) > c(i)``, casts such as ``float32(b(i))``.
 
-Each intrinsic is a NumPy ufunc applied elementwise, with NumPy's meaning: its computation
+Each intrinsic is a NumPy ufunc (or ``astype``) applied elementwise, with NumPy's meaning: its computation
 type is the ufunc's loop type for the arguments' types (``sqrt`` of integers computes in
 float64, ``abs`` of complex returns float64), and it sees the implicit zeros of sparse
 operands as zeros. Whether a sparse operand's absent entries must be visited follows from
@@ -10,6 +11,7 @@ every coordinate is (and ``pow(b(i), 2)`` visits ``b``'s entries, ``pow(b(i), 0)
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -23,17 +25,35 @@ from .ast import (
 
 @dataclass(frozen=True)
 class Function:
-    """An intrinsic: its name in expressions, its NumPy ufunc, the C99 function computing
-    it in double (float adds ``f``) and in complex (None: no complex version)."""
+    """An intrinsic: its name in expressions, its NumPy ufunc (or the type it casts to,
+    ``astype``), the C99 function computing it in double (float adds ``f``; "" when lowered
+    inline) and in complex (None: no complex version)."""
 
     name: str
-    ufunc: np.ufunc
-    c_name: str
+    ufunc: np.ufunc | None
+    c_name: str = ""
     complex_c: str | None = None
+    cast: str = ""
 
     @property
     def arity(self) -> int:
-        return self.ufunc.nin
+        return 1 if self.cast else self.ufunc.nin
+
+    def __call__(self, *args: Any) -> Any:
+        """NumPy's value of the function at ``args`` (scalars or arrays)."""
+        if self.cast:
+            with warnings.catch_warnings():  # complex to real: the imaginary part goes, as intended
+                warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+                return np.asarray(args[0]).astype(self.cast)[()]
+        return self.ufunc(*args)
+
+    def loop(self, promoted: np.dtype) -> tuple[np.dtype, np.dtype]:
+        """The (input, output) types NumPy computes the function in for arguments of type
+        ``promoted`` (TypeError when it has no such loop)."""
+        if self.cast:
+            return promoted, np.dtype(self.cast)
+        resolved = self.ufunc.resolve_dtypes((promoted,) * self.ufunc.nin + (None,))
+        return np.dtype(resolved[0]), np.dtype(resolved[-1])
 
 
 def _table() -> dict[str, Function]:
@@ -58,7 +78,11 @@ def _table() -> dict[str, Function]:
         ("lte", np.less_equal, "", None), ("eq", np.equal, "", None), ("neq", np.not_equal, "", None),
         ("and", np.logical_and, "", None), ("or", np.logical_or, "", None), ("not", np.logical_not, "", None),
     ]
-    return {name: Function(name, ufunc, c, z) for name, ufunc, c, z in rows}
+    table = {name: Function(name, ufunc, c, z) for name, ufunc, c, z in rows}
+    # casts, named by the type: float32(b(i)) is b.astype(np.float32)
+    for name in ("bool", "int32", "int64", "float32", "float64", "complex128"):
+        table[name] = Function(name, None, cast=name)
+    return table
 
 
 FUNCTIONS: dict[str, Function] = _table()
@@ -103,7 +127,7 @@ def _absent(e: Expr) -> Any:
     if isinstance(e, Reduction):
         return _absent(e.body)  # a sum of zeros is zero; of anything else, not
     if isinstance(e, Call):
-        return function(e.fn).ufunc(*(_absent(a) for a in e.args))
+        return function(e.fn)(*(_absent(a) for a in e.args))
     if isinstance(e, BinaryExpr):
         ops: dict[type, Callable[[Any, Any], Any]] = {
             Add: np.add, Sub: np.subtract, Mul: np.multiply, Div: np.true_divide}
@@ -158,13 +182,11 @@ def call_dtypes(e: Call, dtypes: Mapping[str, np.dtype]) -> tuple[np.dtype, np.d
     promoted = np.result_type(*parts) if parts else np.dtype(np.float64)
     if any(isinstance(n, Div) for a in e.args for n in _outside_calls(a)) and promoted.kind in "biu":
         promoted = np.dtype(np.float64)
-    ufunc = function(e.fn).ufunc
     try:
-        resolved = ufunc.resolve_dtypes((promoted,) * ufunc.nin + (None,))
+        loop = function(e.fn).loop(promoted)
     except TypeError as exc:
         raise DTypeError(f"{e.fn} has no {promoted} version (NumPy: {exc})") from None
-    inp, out = (np.dtype(np.float32) if np.dtype(d) == np.float16 else np.dtype(d)
-                for d in (resolved[0], resolved[-1]))
+    inp, out = (np.dtype(np.float32) if d == np.float16 else d for d in loop)
     return inp, out
 
 
@@ -173,4 +195,4 @@ def zero_at(fn: str, args: tuple[Number, ...]) -> bool:
     for complex arguments: an integer power's negative exponent gives no error here)."""
     kind = complex if any(isinstance(a, complex) for a in args) else float
     with np.errstate(all="ignore"):
-        return bool(function(fn).ufunc(*(kind(a) for a in args)) == 0)
+        return bool(function(fn)(*(kind(a) for a in args)) == 0)
