@@ -225,3 +225,32 @@ def test_a_cast_asks_for_the_result_type() -> None:
     got = coiter.evaluate("a(i) = float32(b(i) + c(i))", b=b, c=c)
     _check(got, (b + c).astype(np.float32))
     assert got.dtype == np.float32
+
+
+@pytest.mark.parametrize("b_fmt,c_fmt", [("s", "s"), ("d", "s"), ("csr", "csr"), ("dense", "dcsr")])
+def test_division_by_a_sparse_operand_follows_ieee(b_fmt: str, c_fmt: str) -> None:
+    """Where a sparse denominator is absent the kernel divides by zero: inf, -inf or NaN
+    (0 / 0), as NumPy does on the densified operands."""
+    rng = np.random.default_rng(9)
+    shape = (12,) if b_fmt in "sd" else (6, 7)
+    b, c = (rng.integers(-2, 3, shape).astype(np.float64) for _ in range(2))
+    b[rng.random(shape) < 0.4] = 0
+    c[rng.random(shape) < 0.4] = 0
+    text = "a(i) = b(i) / c(i) + 1" if len(shape) == 1 else "A(i,j) = B(i,j) / C(i,j) + 1"
+    names = ("b", "c") if len(shape) == 1 else ("B", "C")
+    got = coiter.evaluate(text, **{names[0]: coiter.Tensor.from_numpy(b, format=b_fmt),
+                                   names[1]: coiter.Tensor.from_numpy(c, format=c_fmt)})
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(got.to_numpy(), b / c + 1)
+
+
+def test_division_of_a_sparse_operand_by_a_dense_one_keeps_its_pattern() -> None:
+    # 0 / x is taken as 0 where the numerator is absent (TACO's rule; NumPy gives NaN for
+    # 0 / 0): row scaling A(i,j) / d(i) visits A's entries only
+    rng = np.random.default_rng(10)
+    a = rng.random((8, 6)) * (rng.random((8, 6)) < 0.3)
+    d = rng.random(8) + 0.5
+    got = coiter.evaluate("B(i,j) = A(i,j) / d(i)", A=coiter.Tensor.from_numpy(a, format="csr"), d=d,
+                          out_format="csr")
+    assert got.nnz == np.count_nonzero(a)
+    np.testing.assert_allclose(got.to_numpy(), a / d[:, None])

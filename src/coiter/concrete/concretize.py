@@ -45,7 +45,6 @@ from ..notation.ast import (
     children,
     index_vars_of,
     map_accesses,
-    walk,
     with_children,
 )
 from .layouts import LayoutPlan, expand_layouts
@@ -129,18 +128,6 @@ def _vars_incl_temps(e: Expr, temps: list[_Temp]) -> set[IndexVar]:
     return out
 
 
-def _check_denominators(e: Expr, formats: Mapping[str, Format]) -> None:
-    for node in walk(e):
-        if isinstance(node, Div):
-            for a in accesses(node.b):
-                fmt = formats.get(a.tensor)
-                if fmt is not None and not all(lv.full and lv.has_locate for lv in fmt.levels):
-                    raise FormatError(
-                        f"division by sparse operand {a.tensor} ({fmt}): missing entries would be "
-                        f"division by zero; store {a.tensor} densely"
-                    )
-
-
 def _pattern_operand(a: Assignment, formats: Mapping[str, Format]) -> tuple[str, int] | None:
     """An operand whose stored pattern gives the result's: a factor of the whole right-hand
     side, every other operand dense, whose first levels are the result's first levels
@@ -197,7 +184,6 @@ def concretize(
     transposed operands) take names outside ``formats`` and ``reserved``.
     """
     lhs = assignment.lhs
-    _check_denominators(assignment.rhs, formats)
     terms = _sequenced_terms(assignment, formats)
     if terms is not None:
         return _sequence(assignment, terms, formats, dtypes, result_dtype, workspace)

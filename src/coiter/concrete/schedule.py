@@ -309,8 +309,8 @@ def _vanishes(e: Expr, zero: set[str], a: Access) -> bool:
         return _vanishes(e.a, zero, a) or _vanishes(e.b, zero, a)
     if isinstance(e, (Add, Sub)):
         return _vanishes(e.a, zero, a) and _vanishes(e.b, zero, a)
-    if isinstance(e, Div):
-        return _vanishes(e.a, zero, a)
+    if isinstance(e, Div):  # 0 / 0 is NaN
+        return _vanishes(e.a, zero, a) and not _vanishes(e.b, zero, a)
     if isinstance(e, Neg):
         return _vanishes(e.operand, zero, a)
     if isinstance(e, Call):  # zero when the function is, at its vanishing arguments

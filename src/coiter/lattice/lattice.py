@@ -54,8 +54,12 @@ def _build(e: Expr, iter_of: Callable[[Access], Iter | None]) -> list[Point]:
     if isinstance(e, Mul):
         return _product(_build(e.a, iter_of), _build(e.b, iter_of))
     if isinstance(e, Div):
-        # denominators are dense (checked by concretize): they never restrict iteration
-        return _build(e.a, iter_of)
+        # a dense denominator never restricts iteration (0 / x is taken as 0, as TACO does);
+        # a sparse one divides by zero where it is absent (IEEE: inf or NaN), everywhere
+        denominator = _build(e.b, iter_of)
+        if denominator == [frozenset()]:
+            return _build(e.a, iter_of)
+        return _union(_build(e.a, iter_of), denominator) + [frozenset()]
     if isinstance(e, (Add, Sub)):
         return _union(_build(e.a, iter_of), _build(e.b, iter_of))
     if isinstance(e, Call):

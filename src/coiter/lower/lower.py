@@ -184,8 +184,8 @@ def simplify(e: Expr, zero: frozenset, dtypes: Mapping[str, np.dtype]) -> Expr:
         a, b = simplify(e.a, zero, dtypes), simplify(e.b, zero, dtypes)
         if isinstance(e, Mul) and (_is_zero(a) or _is_zero(b)):
             return Literal(0)
-        if isinstance(e, Div) and _is_zero(a):
-            return Literal(0)
+        if isinstance(e, Div) and _is_zero(a) and not _is_zero(b):
+            return Literal(0)  # 0 / 0 stays: NaN
         if isinstance(e, Add):
             if _is_zero(a):
                 return b
