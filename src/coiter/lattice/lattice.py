@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..notation.ast import Access, Add, Call, Div, Expr, IndexVar, Literal, Mul, Neg, Sub
+from ..notation.ast import Access, Add, Call, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg, Sub
 from ..notation.functions import absent_value, is_zero
 
 
@@ -47,7 +47,7 @@ def _build(e: Expr, iter_of: Callable[[Access], Iter | None]) -> list[Point]:
     if isinstance(e, Access):
         it = iter_of(e)
         return [frozenset({it})] if it is not None else [frozenset()]
-    if isinstance(e, Literal):
+    if isinstance(e, (Literal, Coordinate)):
         return [frozenset()]
     if isinstance(e, Neg):
         return _build(e.operand, iter_of)

@@ -34,8 +34,8 @@ from ..ir.nodes import (
 )
 from ..lattice.lattice import Iter, Lattice, Point, build_lattice, locate_where_possible, sparse_iters
 from ..notation.ast import (
-    Access, Add, BinaryExpr, Call as Intrinsic, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
-    map_accesses,
+    Access, Add, BinaryExpr, Call as Intrinsic, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
+    map_accesses, walk,
 )
 from ..notation.functions import call_dtypes, zero_at
 from .assembly import ParallelAssembly
@@ -275,6 +275,12 @@ def _substitute(e: Expr, defs: Mapping[str, Expr]) -> Expr:
 
 def _lhs_accesses(s: Stmt) -> frozenset:
     return frozenset(a.lhs for a in walk_stmts(s) if isinstance(a, Assign))
+
+
+def _coordinates_read(s: Stmt) -> set[IndexVar]:
+    """Index variables whose coordinate ``s`` reads as a value."""
+    return {n.var for a in walk_stmts(s) if isinstance(a, Assign) for n in walk(a.rhs)
+            if isinstance(n, Coordinate)}
 
 
 def _stmt_accesses(s: Stmt) -> list[Access]:
@@ -611,6 +617,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             return load
         if isinstance(e, Literal):
             return Const(typed_literal(e.value, dtype))
+        if isinstance(e, Coordinate):
+            return Cast(ctype, scope.coords[e.var])
         if isinstance(e, Neg):
             return Un("-", self.expr(e.operand, scope, dtype))
         if isinstance(e, BinaryExpr):
@@ -887,7 +895,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                     self.level_var(a, depth) != inner.var:
                 break
             readers = [x for x in _stmt_accesses(inner) + list(_lhs_accesses(inner)) if outer in x.indices]
-            if any(x != a and not (x.tensor == self.result and shares) for x in readers):
+            if any(x != a and not (x.tensor == self.result and shares) for x in readers) or \
+                    outer in _coordinates_read(inner):
                 break
             chain.append(inner)
         levels = [fmt.levels[k + n] for n in range(len(chain))]

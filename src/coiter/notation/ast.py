@@ -13,12 +13,40 @@ Number = Union[bool, int, float, complex]
 
 @dataclass(frozen=True)
 class IndexVar:
-    """A named index variable such as ``i``."""
+    """A named index variable such as ``i``. In arithmetic it stands for its coordinate
+    (``B[i, j] * (i * 4 + j)``, :class:`Coordinate`)."""
 
     name: str
 
     def __repr__(self) -> str:
         return self.name
+
+    def __add__(self, other: Any) -> Expr:
+        return Coordinate(self) + other
+
+    def __radd__(self, other: Any) -> Expr:
+        return other + Coordinate(self)
+
+    def __sub__(self, other: Any) -> Expr:
+        return Coordinate(self) - other
+
+    def __rsub__(self, other: Any) -> Expr:
+        return other - Coordinate(self)
+
+    def __mul__(self, other: Any) -> Expr:
+        return Coordinate(self) * other
+
+    def __rmul__(self, other: Any) -> Expr:
+        return other * Coordinate(self)
+
+    def __truediv__(self, other: Any) -> Expr:
+        return Coordinate(self) / other
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        return other / Coordinate(self)
+
+    def __neg__(self) -> Expr:
+        return -Coordinate(self)
 
 
 class Expr:
@@ -96,6 +124,17 @@ class Access(Expr):
 
     def __str__(self) -> str:
         return f"{self.tensor}({','.join(v.name for v in self.indices)})"
+
+
+@dataclass(frozen=True)
+class Coordinate(Expr):
+    """The value of index variable ``var`` at the current coordinate (an int64, as
+    ``numpy.arange`` gives): ``a(i,j) = b(i,j) * (i*4 + j)``."""
+
+    var: IndexVar
+
+    def __str__(self) -> str:
+        return self.var.name
 
 
 @dataclass(frozen=True)
@@ -211,6 +250,8 @@ def as_expr(value: Any) -> Expr:
     """Wrap Python numbers as literals; pass expressions through."""
     if isinstance(value, Expr):
         return value
+    if isinstance(value, IndexVar):
+        return Coordinate(value)
     if isinstance(value, (bool, int, float, complex)):
         return Literal(value)
     try:  # numpy scalars
@@ -264,11 +305,12 @@ def accesses(e: Expr) -> list[Access]:
 def index_vars_of(e: Expr) -> list[IndexVar]:
     """Index variables used in ``e`` in order of first appearance."""
     seen: dict[IndexVar, None] = {}
-    for a in accesses(e):
-        for v in a.indices:
-            seen.setdefault(v, None)
     for n in walk(e):
-        if isinstance(n, Reduction):
+        if isinstance(n, Access):
+            for v in n.indices:
+                seen.setdefault(v, None)
+    for n in walk(e):
+        if isinstance(n, (Reduction, Coordinate)):
             seen.setdefault(n.var, None)
     return list(seen)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ArgumentError, DTypeError
 from .ast import (
-    Access, Add, BinaryExpr, Call, Div, Expr, Literal, Mul, Neg, Number, Reduction, Sub, children,
+    Access, Add, BinaryExpr, Call, Coordinate, Div, Expr, Literal, Mul, Neg, Number, Reduction, Sub, children,
 )
 
 
@@ -120,6 +120,8 @@ def absent_value(e: Expr) -> Any:
 def _absent(e: Expr) -> Any:
     if isinstance(e, Access):
         return np.float64(0)
+    if isinstance(e, Coordinate):  # any coordinate: unknown, so never taken as zero
+        return np.float64(np.nan)
     if isinstance(e, Literal):
         return np.complex128(e.value) if isinstance(e.value, complex) else np.float64(e.value)
     if isinstance(e, Neg):
@@ -168,6 +170,8 @@ def _type_parts(e: Expr, dtypes: Mapping[str, np.dtype]) -> list[Any]:
             out.append(np.dtype(dtypes[n.tensor]))
         elif isinstance(n, Literal):
             out.append(n.value)
+        elif isinstance(n, Coordinate):
+            out.append(np.dtype(np.int64))
         elif isinstance(n, Call):
             out.append(call_dtypes(n, dtypes)[1])
     return out

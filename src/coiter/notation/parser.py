@@ -13,7 +13,9 @@ Grammar (whitespace is allowed between any two tokens)::
     primary    := call | access | NUMBER | '(' expr ')'
     call       := FUNCTION '(' expr (',' expr)* ')'
 
-A bare ``NAME`` is an order-0 (scalar) tensor access. ``FUNCTION`` is the name of an
+A bare ``NAME`` is an order-0 (scalar) tensor access, unless an access in the assignment
+(the result's too) has an index variable of that name: then it is the variable's
+coordinate, an int64 value (``a(i,j) = b(i,j) * (i*4 + j)``). ``FUNCTION`` is the name of an
 intrinsic (``sqrt``, ``max``..., :mod:`coiter.notation.functions`) followed by ``(``: those
 names are reserved for calls (a scalar tensor may still be called ``max``). Numbers are ints (``3``),
 floats (``2.5``, ``.5``, ``1e-3``) or imaginary (``2j``). Every syntax or
@@ -32,6 +34,7 @@ from coiter.notation.ast import (
     Assignment,
     BinaryExpr,
     Call,
+    Coordinate,
     Div,
     Expr,
     IndexVar,
@@ -42,6 +45,7 @@ from coiter.notation.ast import (
     Sub,
     accesses,
     index_vars_of,
+    map_accesses,
 )
 
 from coiter.notation.functions import FUNCTIONS
@@ -169,6 +173,7 @@ class _Parser:
             raise self.error("unmatched ')'", self.peek.column)
         if self.peek.kind != "end":
             raise self.expected("an operator or end of input")
+        rhs = _coordinates(rhs, set(lhs.indices))
         self.check_result_indices(lhs_index_tokens, rhs)
         return Assignment(lhs, rhs, accumulate)
 
@@ -312,6 +317,18 @@ class _Parser:
                 )
 
 
+def _coordinates(e: Expr, more: set[IndexVar]) -> Expr:
+    """``e`` with every bare name that is an index variable of an access (or in ``more``,
+    the result's) read as that variable's coordinate: ``b(i,j) * (i*4 + j)``."""
+    variables = more | {v for a in accesses(e) for v in a.indices}
+    names = {v.name for v in variables}
+
+    def value(a: Access) -> Expr:
+        return Coordinate(IndexVar(a.tensor)) if not a.indices and a.tensor in names else a
+
+    return map_accesses(e, value)
+
+
 def parse(text: str) -> Assignment:
     """Parse one index-notation assignment such as ``y(i) = A(i,j) * x(j)``.
 
@@ -328,4 +345,4 @@ def parse_expr(text: str) -> Expr:
     e = p.expr()
     if p.peek.kind != "end":
         raise p.expected("an operator or end of input")
-    return e
+    return _coordinates(e, set())

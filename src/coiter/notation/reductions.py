@@ -12,6 +12,7 @@ from coiter.notation.ast import (
     Access,
     Assignment,
     Call,
+    Coordinate,
     Expr,
     IndexVar,
     Reduction,
@@ -68,6 +69,8 @@ def _free_vars(e: Expr) -> set[IndexVar]:
     """Index variables used in ``e`` and not bound by a ``Reduction`` inside it."""
     if isinstance(e, Access):
         return set(e.indices)
+    if isinstance(e, Coordinate):
+        return {e.var}
     if isinstance(e, Reduction):
         return _free_vars(e.body) - {e.var}
     out: set[IndexVar] = set()
