@@ -254,3 +254,25 @@ def test_division_of_a_sparse_operand_by_a_dense_one_keeps_its_pattern() -> None
                           out_format="csr")
     assert got.nnz == np.count_nonzero(a)
     np.testing.assert_allclose(got.to_numpy(), a / d[:, None])
+
+
+@pytest.mark.parametrize("fmt", ["csr", "dcsr", "coo", "csc", "sss"])
+def test_prune_drops_the_zeros_kernels_store(fmt) -> None:
+    """Kernels store every entry they visit, zeros included (x - x, a false comparison);
+    prune() drops them in the same format, keeping NaN, as SciPy's eliminate_zeros does."""
+    rng = np.random.default_rng(12)
+    shape = (6, 5, 4) if fmt == "sss" else (9, 7)
+    a = rng.random(shape) * (rng.random(shape) < 0.4)
+    a[a > 0.9] = np.nan
+    A = coiter.Tensor.from_numpy(a, format=fmt)
+    idx = "i,j,k" if len(shape) == 3 else "i,j"
+    got = coiter.evaluate(f"C({idx}) = A({idx}) * (A({idx}) > 0.5) + A({idx}) - A({idx})", A=A,
+                          out_format=fmt)
+    pruned = got.prune()
+    with np.errstate(invalid="ignore"):
+        want = a * (a > 0.5) + a - a
+    assert pruned.format == got.format and pruned.nnz < got.nnz
+    np.testing.assert_array_equal(pruned.to_numpy(), want)
+    coords, vals = pruned.storage.to_coords()
+    assert np.all((vals != 0))  # NaN != 0 holds: NaN entries stay
+    assert np.isnan(vals).sum() == np.isnan(want).sum()

@@ -484,6 +484,19 @@ class Tensor:
 
         return Tensor._wrap(convert(self.storage, target))
 
+    def prune(self) -> Tensor:
+        """This tensor without stored zeros, in the same format (NaN stays): kernels store
+        every entry they visit, zeros included (``x - x``, a false comparison), as TACO
+        does; SciPy's arithmetic drops them. Dense levels keep every position."""
+        s = self.storage
+        coords, vals = s.to_coords()
+        keep = vals != 0
+        if keep.all():
+            return self
+        return Tensor._wrap(Storage.from_coords(coords[:, keep], vals[keep], s.shape, s.format,
+                                                s.index_dtype if s.format.levels else None),
+                            self._name)
+
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         arr = self.to_numpy()
         if dtype is not None and arr.dtype != np.dtype(dtype):
