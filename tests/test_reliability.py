@@ -10,6 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import coiter
 from coiter import DTypeError, FormatError
@@ -619,3 +620,26 @@ def test_hashed_result_formats_with_an_inner_dense_level(out_format):
     b = random_array(rng, (3, 4, 5)[:n], 0.5)
     idx = ",".join("ijk"[:n])
     check(coiter.evaluate(f"A({idx}) = B({idx}) * 2", out_format=out_format, B=tensor(b, "s" * n)), 2 * b)
+
+
+def test_atomics_on_complex_results_are_a_schedule_error():
+    # the check compared "complex" with the C type "double _Complex": the compiler refused
+    # the generated "#pragma omp atomic" instead (CompileError)
+    z = coiter.Tensor.from_numpy(np.ones((6, 6)) + 1j, format="csr")
+    k = coiter.compile("y(j) = A(i,j) * x(i)", formats={"A": "csr"},
+                       schedule="parallelize(i,CPUThread,Atomics)")
+    with pytest.raises(coiter.ScheduleError, match="no atomic update of complex"):
+        k(A=z, x=np.ones(6) + 0j)
+
+
+@pytest.mark.parametrize("n", [100, 100_000])
+def test_parallel_reduction_into_complex_results_of_any_size(n):
+    # beyond 1 MiB a thread-private copy of the result gives way to atomic updates, which
+    # complex values have none of: the loop runs on one thread (it was a CompileError)
+    rng = np.random.default_rng(13)
+    rows, cols = rng.integers(0, n, 4 * n), rng.integers(0, n, 4 * n)
+    a = sp.csr_array((rng.random(4 * n) + 1j, (rows, cols)), shape=(n, n))
+    x = rng.random(n) + 1j
+    k = coiter.compile("y(j) = A(i,j) * x(i)", formats={"A": "csr"},
+                       schedule="parallelize(i,CPUThread,ParallelReduction)")
+    np.testing.assert_allclose(k(A=a, x=x, threads=2).to_numpy(), a.T @ x, rtol=1e-12)

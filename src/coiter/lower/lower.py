@@ -593,7 +593,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             return s
         if s.op != "+=":
             raise ScheduleError(f"Atomics: iterations race on {lhs}, which is assigned, not reduced")
-        if "complex" in self.vtype[lhs.tensor]:
+        if self.dtypes[lhs.tensor].kind == "c":
             raise ScheduleError(f"Atomics: OpenMP has no atomic update of complex {lhs}")
         return Pragma("omp atomic", s)
 
@@ -977,17 +977,21 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
     def _bounded_array_reduction(self, f: Forall, loop: For) -> IRStmt:
         """``loop``, whose threads each sum into a private copy of the result on their stack
         when it reduces into a result array: so only while the result is small, and with
-        atomic updates beyond (a 32 MiB result overflowed a thread's stack)."""
+        atomic updates beyond (a 32 MiB result overflowed a thread's stack), or one thread
+        for complex results."""
         clause = self._array_reduction_clause()
-        if loop.pragma is None or clause not in loop.pragma or "complex" in self.vtype[self.result]:
+        if loop.pragma is None or clause not in loop.pragma:
             return loop
-        atomic = atomic_updates(loop.body, self.vals(self.result))
-        if atomic is None:
-            return loop
+        if self.dtypes[self.result].kind == "c":  # OpenMP has no atomic complex update
+            unreduced = replace(loop, pragma=None)
+        else:
+            atomic = atomic_updates(loop.body, self.vals(self.result))
+            if atomic is None:
+                return loop
+            unreduced = replace(loop, body=atomic, pragma=loop.pragma.replace(f" {clause}", ""))
         size: IRExpr = Call("sizeof", (Var(self.vtype[self.result]),))
         for k in range(self.decls[self.result].order):
             size = mul(size, Var(self.names(self.result, k).dimension.name))
-        unreduced = replace(loop, body=atomic, pragma=loop.pragma.replace(f" {clause}", ""))
         return If(Bin("<=", size, Const(ARRAY_REDUCTION_BYTES)), block(loop), block(unreduced))
 
     def _array_reduction_clause(self) -> str:
