@@ -12,12 +12,13 @@ import scipy.sparse as sp
 
 import coiter
 import coiter.kernel
-from coiter.codegen.c import PREAMBLE, WORK_PER_THREAD
+from coiter.codegen.c import WORK_PER_THREAD, preamble
 from coiter.runtime import callplan
 from coiter.runtime.compiler import load_library
 from helpers import random_array
 
-DTYPES = [np.float64, np.float32, np.int64, np.int32, np.complex128, np.bool_]
+DTYPES = [np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32,
+          np.uint16, np.uint8, np.complex128, np.complex64, np.bool_]
 needs_plan = pytest.mark.skipif(not callplan.available(), reason="the C call path was not built")
 
 
@@ -79,9 +80,11 @@ def test_plan_matches_numpy_every_type(expr, formats, shapes, dtype, itype) -> N
     again = k._plan(ops, None)  # the C path itself, not a fallback
     assert again is not NotImplemented and again is not None
     expected = _reference(expr, **arrays)
+    # float16 sums round every partial sum to 11 bits, NumPy's einsum differently
+    tol = 1e-2 if dtype == np.float16 else 1e-5
     for got in (first, again):
         assert got.dtype == first.dtype
-        np.testing.assert_allclose(got.to_numpy(), expected, rtol=1e-5)
+        np.testing.assert_allclose(got.to_numpy(), expected, rtol=tol, atol=tol)
     assert again.format == first.format and again.shape == first.shape
     # the arrays of results assembled by the kernel are owned by NumPy (no copy, no leak)
     for lv in again.storage.levels:
@@ -162,7 +165,7 @@ def test_evaluate_and_einsum_reuse_the_plan_only_for_matching_operands() -> None
 def test_default_threads_follow_the_work() -> None:
     """The generated helpers: the requested count, else OpenMP's limited by the work; the
     rows of a dynamic chunk."""
-    source = PREAMBLE.format(index_max="INT32_MAX", work_per_thread=WORK_PER_THREAD) + """
+    source = preamble("INT32_MAX") + """
 int threads_for(int64_t n, int64_t work) { return coiter_threads(n, work); }
 int64_t chunk_for(int64_t rows, int64_t threads) { return coiter_chunk_rows(rows, threads); }
 int max_threads(void) {

@@ -643,3 +643,47 @@ def test_parallel_reduction_into_complex_results_of_any_size(n):
     k = coiter.compile("y(j) = A(i,j) * x(i)", formats={"A": "csr"},
                        schedule="parallelize(i,CPUThread,ParallelReduction)")
     np.testing.assert_allclose(k(A=a, x=x, threads=2).to_numpy(), a.T @ x, rtol=1e-12)
+
+
+def test_a_converted_result_keeps_its_declared_format():
+    # fuzz seed 0 case 11483: a sum computed densely and converted to 'snd' came back in
+    # 'snd' specialised on the call's last extent (Dense(extent=2)), unequal to 'snd'
+    import warnings
+
+    rng = np.random.default_rng(14)
+    c = rng.integers(-3, 4, (5, 2, 4)).astype(np.int32)
+    k = coiter.compile("A(k,j,i) = C(j,i,k) - ((C(j,i,k) + C(j,i,k)) - C(j,i,k))",
+                       formats={"C": "nsn", "A": "snd"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", coiter.PerformanceWarning)
+        got = k(C=coiter.Tensor.from_numpy(c, format="dense"))
+    assert got.format == coiter.formats.parse_format("snd")
+    check(got, np.zeros((4, 5, 2), dtype=np.int32))
+
+
+def test_products_of_sums_too_large_to_merge_are_multiplied_out():
+    # fuzz seed 0 case 8726: a product of two unions under a sum over k merged into 100,000
+    # lines of C (the cases of every lattice point's sub-points, nested over four loops) that
+    # the compiler did not finish in 5 minutes; such products now become sums of products
+    import time
+    import warnings
+
+    rng = np.random.default_rng(15)
+    d, b = random_array(rng, (3, 3), 0.5), random_array(rng, (3, 3), 0.5)
+    e, c = random_array(rng, (3, 4, 3), 0.5), random_array(rng, (3,), 0.5)
+    operands = {"D": tensor(d, "uc:1,0"), "B": tensor(b, "dcsc"), "E": tensor(e, "uqn"),
+                "C": tensor(c, "s")}
+    start = time.process_time()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", coiter.PerformanceWarning)
+        got = coiter.evaluate("A(j,l,i) = ((D(j,i) - -2) - (2j * D(i,j))) + "
+                              "((B(k,j) - E(i,l,j)) * (B(j,k) - C(i)))", out_format="ndh", **operands)
+    assert time.process_time() - start < 60
+    assert any("added one at a time" in str(w.message) for w in caught)
+    ref = np.zeros((3, 4, 3), dtype=complex)
+    for j in range(3):
+        for l in range(4):
+            for i in range(3):
+                ref[j, l, i] = (d[j, i] + 2) - 2j * d[i, j] + sum(
+                    (b[k, j] - e[i, l, j]) * (b[j, k] - c[i]) for k in range(3))
+    check(got, ref)

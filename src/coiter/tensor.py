@@ -27,9 +27,9 @@ from .formats.levels import Compressed, Dense
 from .formats.storage import Storage
 from .notation.ast import Access, Assignment, IndexVar, accesses, as_expr
 
-SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
-    np.dtype(t) for t in (np.float64, np.float32, np.int64, np.int32, np.complex128, np.bool_)
-)
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
+    np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32,
+    np.uint16, np.uint8, np.complex128, np.complex64, np.bool_))
 
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 _name_counter = itertools.count()
@@ -459,6 +459,9 @@ class Tensor:
         if self.order != 2:
             raise FormatError(f"{self.name}: only order-2 tensors convert to SciPy, this has order {self.order}")
         s = self.storage
+        if s.vals.dtype == np.float16:
+            raise DTypeError(f"{self.name}: scipy.sparse has no float16; convert the values first "
+                             "(coiter.evaluate('B(i,j) = float32(A(i,j))', A=...))")
         if s.format in (csr, csc, csr_unordered):
             pos, crd = s.levels[1]["pos"], s.levels[1]["crd"]
             nnz = int(pos[-1])

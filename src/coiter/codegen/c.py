@@ -174,15 +174,11 @@ COITER_HASH_LOCATE(int64_t)
 #define COITER_SUM(T, N) \
 static inline T coiter_sum_##N(const T* v, int64_t lo, int64_t hi) {{ \
   T s = 0; for (int64_t q = lo; q < hi; q++) s += v[q]; return s; }}
-COITER_SUM(double, f64) COITER_SUM(float, f32) COITER_SUM(int64_t, i64) COITER_SUM(int32_t, i32)
-COITER_SUM(double complex, c128)
+{value_sums}
 static inline bool coiter_sum_b(const bool* v, int64_t lo, int64_t hi) {{
   for (int64_t q = lo; q < hi; q++) if (v[q]) return 1; return 0; }}
 #define coiter_sum(v, lo, hi) _Generic((v), \
-  const double*: coiter_sum_f64, double*: coiter_sum_f64, const float*: coiter_sum_f32, \
-  float*: coiter_sum_f32, const int64_t*: coiter_sum_i64, int64_t*: coiter_sum_i64, \
-  const int32_t*: coiter_sum_i32, int32_t*: coiter_sum_i32, \
-  const double complex*: coiter_sum_c128, double complex*: coiter_sum_c128, \
+{value_sum_cases}
   const bool*: coiter_sum_b, bool*: coiter_sum_b)(v, lo, hi)
 
 /* sort (key, position) pairs by key: orders the iteration of an unordered level */
@@ -424,6 +420,21 @@ def _param_type(p: Param) -> str:
     return f"{'const ' if p.const else ''}{p.ctype}{'*' * p.pointers}"
 
 
+# the value types kernels hold, with coiter_sum's suffix for each (bool sums as "or")
+SUMMED_TYPES = (("double", "f64"), ("float", "f32"), ("_Float16", "f16"), ("int64_t", "i64"),
+                ("int32_t", "i32"), ("int16_t", "i16"), ("int8_t", "i8"), ("uint64_t", "u64"),
+                ("uint32_t", "u32"), ("uint16_t", "u16"), ("uint8_t", "u8"),
+                ("double _Complex", "c128"), ("float _Complex", "c64"))
+VALUE_SUMS = "\n".join(f"COITER_SUM({t}, {n})" for t, n in SUMMED_TYPES)
+VALUE_SUM_CASES = "\n".join(f"  const {t}*: coiter_sum_{n}, {t}*: coiter_sum_{n}, \\" for t, n in SUMMED_TYPES)
+
+
+def preamble(index_max: str) -> str:
+    """The includes, macros and helpers every kernel's translation unit starts with."""
+    return PREAMBLE.format(index_max=index_max, work_per_thread=WORK_PER_THREAD,
+                           value_sums=VALUE_SUMS, value_sum_cases=VALUE_SUM_CASES)
+
+
 def module(functions: list[Function], index_max: str, support: tuple[str, ...] = ()) -> str:
     """A complete C translation unit holding ``functions`` (parallel loop bodies outlined,
     see :mod:`coiter.codegen.outline`) and their packed entry points, after the C
@@ -432,5 +443,4 @@ def module(functions: list[Function], index_max: str, support: tuple[str, ...] =
     for f in functions:
         helpers, f = outline_parallel_bodies(f)
         parts.append("\n\n".join([*(function(h) for h in helpers), function(f), packed_entry(f)]))
-    preamble = PREAMBLE.format(index_max=index_max, work_per_thread=WORK_PER_THREAD)
-    return preamble + "\n" + "\n\n".join(parts) + "\n"
+    return preamble(index_max) + "\n" + "\n\n".join(parts) + "\n"

@@ -30,6 +30,7 @@ from ..formats.format import Format, coo, dense
 from ..formats.levels.workspace import WorkspaceList
 from ..formats.workspaces import DENSE, policy_names
 from ..lattice.graph import Edge, LoopOrder, choose_order
+from ..lattice.lattice import Iter, build_lattice
 from ..notation.ast import (
     Access,
     Add,
@@ -261,9 +262,9 @@ def concretize(
 
 
 # Merged iteration over the terms of a sum has up to 2**n lattice points per loop for n
-# sparse terms, nested once per loop (3 terms of a 3-tensor: 512 cases; 4: 4096, and a
-# minute of lowering). Past this estimate a dense result takes the terms one at a time.
-MAX_MERGED_CASES = 1024
+# sparse terms, each with a case per sub-point (3**n), nested once per loop (3 terms of a
+# 3-tensor: 6859 cases; 4: 274625, and a minute of lowering). Past this estimate a dense result takes the terms one at a time.
+MAX_MERGED_CASES = 50_000
 
 
 def _sum_terms(e: Expr) -> list[Expr]:
@@ -276,20 +277,77 @@ def _sum_terms(e: Expr) -> list[Expr]:
 
 
 def _sequenced_terms(assignment: Assignment, formats: Mapping[str, Format]) -> list[Expr] | None:
-    """The terms to compute one after another, when merging them would need more than
-    MAX_MERGED_CASES cases: for each index variable, a factor of two per term that iterates
-    it sparsely. None otherwise."""
-    terms = _sum_terms(assignment.rhs)
-    if len(terms) < 2:
+    """The terms to compute one after another, when merging the right-hand side would emit
+    more than MAX_MERGED_CASES cases; products of sums are multiplied out first, so that no
+    term merges much. None otherwise."""
+    if _merged_cases(assignment.rhs, formats) <= MAX_MERGED_CASES:
         return None
-    cases = 1
-    for v in set(index_vars_of(assignment.rhs)):
-        sparse_terms = sum(1 for t in terms if any(
-            not (level.full and level.has_locate)
-            for a in accesses(t) for k, level in enumerate(formats[a.tensor].levels)
-            if formats[a.tensor].layout is None and a.indices[formats[a.tensor].ordering[k]] == v))
-        cases *= 2 ** sparse_terms
-    return terms if cases > MAX_MERGED_CASES else None
+    terms = _sum_terms(_multiplied_out(assignment.rhs))
+    return terms if len(terms) > 1 else None
+
+
+def _merged_cases(e: Expr, formats: Mapping[str, Format]) -> int:
+    """The cases merged iteration over ``e`` emits: for each index variable, every lattice
+    point's loop has a case per sub-point; loops nest, so the counts multiply."""
+    body = _without_sums(e)
+    total = 1
+    for v in set(index_vars_of(e)):
+        def walked(a: Access, v: IndexVar = v) -> Iter | None:
+            fmt = formats[a.tensor]
+            if fmt.layout is not None:
+                return None
+            return next((Iter(a, k, v) for k, level in enumerate(fmt.levels)
+                         if a.indices[fmt.ordering[k]] == v and not (level.full and level.has_locate)),
+                        None)
+        lattice = build_lattice(body, walked)
+        total *= sum(len(lattice.sub_points(p)) for p in lattice.points)
+    return total
+
+
+def _without_sums(e: Expr) -> Expr:
+    """``e`` with its sums' bodies in their place: the loops merge those too."""
+    if isinstance(e, Reduction):
+        return _without_sums(e.body)
+    return with_children(e, [_without_sums(c) for c in children(e)])
+
+
+def _multiplied_out(e: Expr) -> Expr:
+    """``e`` with products of sums (and differences, negations) distributed into sums of
+    products: ``(a - b) * (c + d)`` is ``a*c + a*d - b*c - b*d``. Intrinsics and quotients
+    stay whole."""
+    if isinstance(e, Mul):
+        left, right = _sum_terms(_multiplied_out(e.a)), _sum_terms(_multiplied_out(e.b))
+        return _added([_signed_product(x, y) for x in left for y in right])
+    if isinstance(e, (Add, Sub, Neg)):
+        return with_children(e, [_multiplied_out(c) for c in children(e)])
+    if isinstance(e, Reduction):  # a sum of sums is a sum of their sums
+        terms = _sum_terms(_multiplied_out(e.body))
+        using = [t for t in terms if e.var in index_vars_of(t)]
+        # a term without the variable adds once per coordinate of it: it stays in a sum
+        # whose loop covers the variable's range
+        free = [t for t in terms if e.var not in index_vars_of(t)]
+        if not using:
+            return e
+        return _added([Reduction(e.var, _added([using[0], *free]))] +
+                      [Reduction(e.var, t) for t in using[1:]])
+    return e
+
+
+def _added(terms: list[Expr]) -> Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = Add(out, t)
+    return out
+
+
+def _signed_product(x: Expr, y: Expr) -> Expr:
+    """``x * y`` with the terms' negations moved in front."""
+    negative = False
+    while isinstance(x, Neg):
+        x, negative = x.operand, not negative
+    while isinstance(y, Neg):
+        y, negative = y.operand, not negative
+    return Neg(Mul(x, y)) if negative else Mul(x, y)
 
 
 def _sequence(assignment: Assignment, terms: list[Expr], formats: Mapping[str, Format],

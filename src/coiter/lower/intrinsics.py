@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import DTypeError
 from ..ir.nodes import Bin, Call, Cast, Const, IRExpr, Select, Un
 from ..notation.functions import function
-from .types import c_value_type
+from .types import VALUE_TYPES, c_value_type
 
 INTEGER_POW = """/* base ** exponent for integers (NumPy's power; a negative exponent truncates) */
 static inline int64_t coiter_ipow(int64_t base, int64_t exponent) {
@@ -32,13 +32,11 @@ COMPARISONS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "eq": "==", "neq"
 
 def computable(dtype: np.dtype) -> np.dtype:
     """The value type kernels compute ``dtype`` in: itself when C kernels have it, else
-    the nearest wider one (float16 in float32, small integers in int64)."""
+    the nearest wider one."""
     dtype = np.dtype(dtype)
-    if dtype.kind == "b" or dtype in (np.float64, np.float32, np.int64, np.int32, np.complex128):
+    if dtype in VALUE_TYPES:
         return dtype
-    if dtype == np.float16:
-        return np.dtype(np.float32)
-    return np.dtype({"i": np.int64, "u": np.int64, "c": np.complex128}.get(dtype.kind, np.float64))
+    return np.dtype({"i": np.int64, "u": np.uint64, "c": np.complex128}.get(dtype.kind, np.float64))
 
 
 def _cast(x: IRExpr, source: np.dtype, target: np.dtype) -> IRExpr:
@@ -92,8 +90,9 @@ def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str
             support.setdefault(INTEGER_POW, None)
             return Call("coiter_ipow", tuple(args))
         raise AssertionError(f"NumPy has no integer loop of {fn}")
+    single = np.dtype(dtype) in (np.float32, np.complex64)  # C99's f-suffixed functions
     if kind == "c":
         if f.complex_c is None:
             raise DTypeError(f"{fn} of complex values is not supported")
-        return Call(f.complex_c, tuple(args))
-    return Call(f.c_name + ("f" if c_value_type(dtype) == "float" else ""), tuple(args))
+        return Call(f.complex_c + ("f" if single else ""), tuple(args))
+    return Call(f.c_name + ("f" if single else ""), tuple(args))

@@ -8,9 +8,17 @@ from ..errors import DTypeError
 VALUE_TYPES: dict[np.dtype, str] = {
     np.dtype(np.float64): "double",
     np.dtype(np.float32): "float",
+    np.dtype(np.float16): "_Float16",  # C23 / GCC >= 12, Clang >= 15 on x86-64 and AArch64
     np.dtype(np.int64): "int64_t",
     np.dtype(np.int32): "int32_t",
+    np.dtype(np.int16): "int16_t",
+    np.dtype(np.int8): "int8_t",
+    np.dtype(np.uint64): "uint64_t",
+    np.dtype(np.uint32): "uint32_t",
+    np.dtype(np.uint16): "uint16_t",
+    np.dtype(np.uint8): "uint8_t",
     np.dtype(np.complex128): "double _Complex",
+    np.dtype(np.complex64): "float _Complex",
     np.dtype(np.bool_): "bool",
 }
 

@@ -179,7 +179,8 @@ def _type_parts(e: Expr, dtypes: Mapping[str, np.dtype]) -> list[Any]:
 
 def call_dtypes(e: Call, dtypes: Mapping[str, np.dtype]) -> tuple[np.dtype, np.dtype]:
     """The (input, output) types of the ufunc loop computing ``e``: NumPy's loop for the
-    promoted type of its arguments (float16 loops, which C lacks, become float32)."""
+    promoted type of its arguments (a float16 loop computes in float32: C has no float16
+    math functions; its output stays float16, as NumPy's)."""
     parts: list[Any] = []
     for a in e.args:
         parts += _type_parts(a, dtypes)
@@ -190,8 +191,8 @@ def call_dtypes(e: Call, dtypes: Mapping[str, np.dtype]) -> tuple[np.dtype, np.d
         loop = function(e.fn).loop(promoted)
     except TypeError as exc:
         raise DTypeError(f"{e.fn} has no {promoted} version (NumPy: {exc})") from None
-    inp, out = (np.dtype(np.float32) if d == np.float16 else d for d in loop)
-    return inp, out
+    inp, out = loop
+    return (np.dtype(np.float32) if inp == np.float16 else inp), out
 
 
 def zero_at(fn: str, args: tuple[Number, ...]) -> bool:

@@ -375,7 +375,8 @@ class StorageKernel:
         if prog.result_conversion is not None:
             from ..convert import convert
 
-            storage = convert(storage, prog.result_conversion)
+            # the declared format: the program's may be specialised on the call's extents
+            storage = convert(storage, self.formats[self.result])
         return storage, var
 
     def _converted_phase(self, storages: Mapping[str, Storage], mode: str, pattern: Storage | None,
