@@ -1,13 +1,14 @@
-"""Parallel assembly of CSR-like results (per-thread buffers merged afterwards).
+"""Parallel assembly of sparse results (per-thread buffers merged afterwards).
 
 The paper leaves parallel assembly of results without random insert as future
-work. Rows of a result whose first level is dense and whose second level is
-compressed are independent: each thread takes a contiguous block of rows, appends
-their entries to its own buffers (its own counter, capacity and workspace), and
-writes the row lengths into the shared ``pos`` array. After the parallel region
-the other threads' buffers are appended to thread 0's in thread order, which is row
-order, and ``pos`` is turned into offsets as in serial assembly. One pass over the data;
-one thread copies nothing.
+work. Rows of a result are independent when the loop over its first mode walks them:
+each thread takes a contiguous block of rows, appends their entries to its own buffers
+(its own counters, capacities and workspaces of any policy). A CSR-like result (dense
+first level) has its row lengths written into the shared ``pos``; a result whose first
+level appends (DCSR, COO, CSF) has every appended array per thread, the root ``pos``
+too. After the parallel region the other threads' parts are appended to thread 0's in
+thread order, which is row order, at running offsets per level, and the ``pos`` arrays
+become offsets as in serial assembly. One pass over the data; one thread copies nothing.
 
 Inside the region nothing may ``return``: a failed allocation records its error
 code and jumps to the end of the thread's block.
@@ -209,7 +210,7 @@ class _Buffer:
 
     name: str
     ctype: str
-    group: Any
+    group: Any  # the lowerer's _Group whose entries the array follows
     length: IRExpr
     stride: IRExpr
     skip: int
