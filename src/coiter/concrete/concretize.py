@@ -263,7 +263,8 @@ def concretize(
 
 # Merged iteration over the terms of a sum has up to 2**n lattice points per loop for n
 # sparse terms, each with a case per sub-point (3**n), nested once per loop (3 terms of a
-# 3-tensor: 6859 cases; 4: 274625, and a minute of lowering). Past this estimate a dense result takes the terms one at a time.
+# 3-tensor: 6859 cases; 4: 274625, and a minute of lowering). Past this estimate a dense
+# result takes the terms one at a time.
 MAX_MERGED_CASES = 50_000
 
 
@@ -321,11 +322,12 @@ def _multiplied_out(e: Expr) -> Expr:
     if isinstance(e, (Add, Sub, Neg)):
         return with_children(e, [_multiplied_out(c) for c in children(e)])
     if isinstance(e, Reduction):  # a sum of sums is a sum of their sums
-        terms = _sum_terms(_multiplied_out(e.body))
-        using = [t for t in terms if e.var in index_vars_of(t)]
+        using: list[Expr] = []
+        free: list[Expr] = []
+        for t in _sum_terms(_multiplied_out(e.body)):
+            (using if e.var in index_vars_of(t) else free).append(t)
         # a term without the variable adds once per coordinate of it: it stays in a sum
         # whose loop covers the variable's range
-        free = [t for t in terms if e.var not in index_vars_of(t)]
         if not using:
             return e
         return _added([Reduction(e.var, _added([using[0], *free]))] +

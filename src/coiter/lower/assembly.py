@@ -94,7 +94,8 @@ class ParallelAssembly:
             # every thread reserves the whole hint: rows are rarely split evenly (SpAdd3's
             # union, whose hint is exact, grew and copied a thread's buffers on most calls),
             # and pages a thread never writes cost nothing
-            local += [Decl("int64_t", g.cap, Call("COITER_MAX", (Var(f"{self.cn[self.result]}_cap_hint"), Const(16)))),
+            hint = Var(f"{self.cn[self.result]}_cap_hint")
+            local += [Decl("int64_t", g.cap, Call("COITER_MAX", (hint, Const(16)))),
                       Decl("int64_t", g.counter, Const(0))]
         for b in buffers:
             size = Call("sizeof", (Var(b.ctype),))

@@ -34,8 +34,8 @@ from ..ir.nodes import (
 )
 from ..lattice.lattice import Iter, Lattice, Point, build_lattice, locate_where_possible, sparse_iters
 from ..notation.ast import (
-    Access, Add, BinaryExpr, Call as Intrinsic, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses,
-    map_accesses, walk,
+    Access, Add, BinaryExpr, Call as Intrinsic, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg,
+    Sub, accesses, map_accesses, walk,
 )
 from ..notation.functions import call_dtypes, zero_at
 from .assembly import ParallelAssembly
@@ -600,7 +600,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
     def expr(self, e: Expr, scope: Scope, dtype: np.dtype | None = None) -> IRExpr:
         """``e``'s value computed in ``dtype`` (by default the result's type, as NumPy
         computes into an output array of that type; e.g. int32 * int32 into int64)."""
-        dtype = self.decls[self.result].dtype if dtype is None else np.dtype(dtype)
+        dtype = self.dtypes[self.result] if dtype is None else np.dtype(dtype)
         ctype = c_value_type(dtype)
         if isinstance(e, Access):
             decl = self.decls[e.tensor]

@@ -146,13 +146,19 @@ def computation_dtype(e: Expr, dtypes: Mapping[str, np.dtype], default: np.dtype
     """The type NumPy gives ``e``'s value: the promoted type of its operands and literals
     (literals weakly, NEP 50), a division of integers in float64, and each intrinsic's
     output type for its arguments' promoted type standing for the intrinsic."""
-    parts = _type_parts(e, dtypes)
+    return _promoted([e], dtypes, default)
+
+
+def _promoted(exprs: list[Expr], dtypes: Mapping[str, np.dtype], default: np.dtype) -> np.dtype:
+    """NumPy's promoted type of ``exprs`` together (``default`` when they hold no typed
+    leaf); a division of integers is float64."""
+    parts = [p for e in exprs for p in _type_parts(e, dtypes)]
     if not parts:
         return np.dtype(default)
-    rt = np.result_type(*parts)
-    if rt.kind in "biu" and any(isinstance(n, Div) for n in _outside_calls(e)):
+    rt = np.dtype(np.result_type(*parts))
+    if rt.kind in "biu" and any(isinstance(n, Div) for e in exprs for n in _outside_calls(e)):
         rt = np.dtype(np.float64)
-    return np.dtype(rt)
+    return rt
 
 
 def _outside_calls(e: Expr):
@@ -181,12 +187,7 @@ def call_dtypes(e: Call, dtypes: Mapping[str, np.dtype]) -> tuple[np.dtype, np.d
     """The (input, output) types of the ufunc loop computing ``e``: NumPy's loop for the
     promoted type of its arguments (a float16 loop computes in float32: C has no float16
     math functions; its output stays float16, as NumPy's)."""
-    parts: list[Any] = []
-    for a in e.args:
-        parts += _type_parts(a, dtypes)
-    promoted = np.result_type(*parts) if parts else np.dtype(np.float64)
-    if any(isinstance(n, Div) for a in e.args for n in _outside_calls(a)) and promoted.kind in "biu":
-        promoted = np.dtype(np.float64)
+    promoted = _promoted(list(e.args), dtypes, np.dtype(np.float64))
     try:
         loop = function(e.fn).loop(promoted)
     except TypeError as exc:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from coiter.errors import ParseError
 from coiter.notation.ast import (
@@ -178,17 +179,17 @@ class _Parser:
         return Assignment(lhs, rhs, accumulate)
 
     def expr(self) -> Expr:
-        node = self.conj()
-        while self.peek.is_op("||"):
-            self.advance()
-            node = Call("or", (node, self.conj()))
-        return node
+        return self.logical("||", "or", self.conj)
 
     def conj(self) -> Expr:
-        node = self.comparison()
-        while self.peek.is_op("&&"):
+        return self.logical("&&", "and", self.comparison)
+
+    def logical(self, symbol: str, fn: str, operand: Callable[[], Expr]) -> Expr:
+        """``operand (symbol operand)*``, left associative, as calls of ``fn``."""
+        node = operand()
+        while self.peek.is_op(symbol):
             self.advance()
-            node = Call("and", (node, self.comparison()))
+            node = Call(fn, (node, operand()))
         return node
 
     def comparison(self) -> Expr:
