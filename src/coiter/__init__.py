@@ -19,12 +19,14 @@ from .formats.io import read, write
 from .notation.ast import Assignment, IndexVar
 from .notation.dsl import index_vars
 from .notation.parser import parse
+from .notation.reducers import reduce
 from .kernel import Kernel
 from .tensor import Tensor
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "reduce",
     "compile", "evaluate", "einsum", "default_result_format", "parse", "Kernel", "Tensor",
     "index_vars", "IndexVar", "Assignment", "read", "write", "Format", "Level", "LevelNames",
     "ParentPos", "Packed", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed",

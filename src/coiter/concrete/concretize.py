@@ -75,12 +75,13 @@ class _Temp:
     reduced: tuple[IndexVar, ...]
     body: Expr
     free: frozenset[IndexVar]
+    op: str = "sum"  # the reduction operator (coiter.notation.reducers)
 
 
-def _peel(e: Expr) -> tuple[tuple[IndexVar, ...], Expr]:
-    """Split ``sum(a, sum(b, e))`` into ``((a, b), e)``."""
+def _peel(e: Expr, op: str = "sum") -> tuple[tuple[IndexVar, ...], Expr]:
+    """Split ``sum(a, sum(b, e))`` into ``((a, b), e)`` (reductions by ``op`` only)."""
     vars_: list[IndexVar] = []
-    while isinstance(e, Reduction):
+    while isinstance(e, Reduction) and e.op == op:
         vars_.append(e.var)
         e = e.body
     return tuple(vars_), e
@@ -106,12 +107,12 @@ class _Lifter:
 
     def lift(self, e: Expr) -> Expr:
         if isinstance(e, Reduction):
-            reduced, body = _peel(e)
+            reduced, body = _peel(e, e.op)
             body = self.lift(body)
             free = frozenset(
                 v for v in _vars_incl_temps(body, self.temps) if v not in reduced
                 and not set(self.derived.get(v, (None,))) <= set(reduced))
-            temp = _Temp(self.fresh(), reduced, body, free)
+            temp = _Temp(self.fresh(), reduced, body, free, e.op)
             self.temps.append(temp)
             return Access(temp.name, ())
         return with_children(e, [self.lift(c) for c in children(e)])
@@ -145,7 +146,7 @@ def _pattern_operand(a: Assignment, formats: Mapping[str, Format]) -> tuple[str,
         e = stack.pop()
         if isinstance(e, Mul):
             stack += [e.a, e.b]
-        elif isinstance(e, Reduction):  # sum(j, B * X) = B * sum(j, X) when B lacks j
+        elif isinstance(e, Reduction) and e.op == "sum":  # sum(j, B*X) = B * sum(j, X) when B lacks j
             stack.append(e.body)
         else:
             factors.append(e)
@@ -220,7 +221,7 @@ def concretize(
         body = _rename(body, renames)
         temps = [replace(t, body=_rename(t.body, renames)) for t in temps]
     for t in temps:
-        decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp")
+        decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp", reducer=t.op)
 
     # --- whole-RHS reduction: temporary (gather) or accumulation (scatter) ------------------
     accumulate = False
@@ -321,7 +322,7 @@ def _multiplied_out(e: Expr) -> Expr:
         return _added([_signed_product(x, y) for x in left for y in right])
     if isinstance(e, (Add, Sub, Neg)):
         return with_children(e, [_multiplied_out(c) for c in children(e)])
-    if isinstance(e, Reduction):  # a sum of sums is a sum of their sums
+    if isinstance(e, Reduction) and e.op == "sum":  # a sum of sums is a sum of their sums
         using: list[Expr] = []
         free: list[Expr] = []
         for t in _sum_terms(_multiplied_out(e.body)):
@@ -414,7 +415,7 @@ def _hoist(e: Expr) -> tuple[tuple[IndexVar, ...], Expr]:
     ``k``): one reduction over a whole product needs no temporary, so its loops can follow
     the operands' storage (MTTKRP walks a CSF tensor in order). Sums under additions stay
     where they are, which is what makes ``A(i,j)*x(j) + z(i)`` sum ``j`` over the product."""
-    if isinstance(e, Reduction):
+    if isinstance(e, Reduction) and e.op == "sum":
         vars_, body = _peel(e)
         inner, body = _hoist(body)
         return vars_ + inner, body

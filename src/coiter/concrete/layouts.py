@@ -54,8 +54,8 @@ def _factors(e: Expr, ok: bool, out: set[Access]) -> None:
     if isinstance(e, Access):
         if ok:
             out.add(e)
-    elif isinstance(e, Reduction):
-        _factors(e.body, True, out)
+    elif isinstance(e, Reduction):  # a hidden variable sums padding in: only under sums
+        _factors(e.body, e.op == "sum", out)
     elif isinstance(e, Neg):
         _factors(e.operand, ok, out)
     elif isinstance(e, Call):  # an intrinsic's arguments are no factors of the product
@@ -187,15 +187,16 @@ class _Expander:
             return e
         if isinstance(e, Reduction):
             vars_: list[IndexVar] = []
-            while isinstance(e, Reduction):
+            op = e.op
+            while isinstance(e, Reduction) and e.op == op:
                 vars_.append(e.var)
                 e = e.body
-            return self.reduce(vars_, e)
+            return self.reduce(vars_, e, op)
         return with_children(e, [self.rewrite(c, extra) for c in children(e)])
 
-    def reduce(self, vars_: list[IndexVar], body: Expr) -> Expr:
-        """``sum(vars_, body)`` over level variables: split variables summed as their block
-        and in-block parts, and the hidden variables of factors inside summed here too."""
+    def reduce(self, vars_: list[IndexVar], body: Expr, op: str) -> Expr:
+        """``op(vars_, body)`` over level variables: split variables reduced as their block
+        and in-block parts, and the hidden variables of factors inside reduced here too."""
         inner: list[IndexVar] = []
         out = self.rewrite(body, inner)
         summed: list[IndexVar] = []
@@ -203,7 +204,7 @@ class _Expander:
             s = self.splits.get(v)
             summed += [s.outer, s.inner] if s is not None else [v]
         for v in reversed(summed + inner):
-            out = Reduction(v, out)
+            out = Reduction(v, out, op)
         return out
 
 
@@ -216,6 +217,6 @@ def expand_layouts(assignment: Assignment, formats: Mapping[str, Format],
         return LayoutPlan(assignment, dict(formats))
     x = _Expander(assignment, formats, fresh_tensor, plain)
     x.plan()
-    new = replace(assignment, rhs=x.reduce([], assignment.rhs))
+    new = replace(assignment, rhs=x.reduce([], assignment.rhs, "sum"))
     expanded = frozenset(a.tensor for a in x.expanded)
     return LayoutPlan(new, x.formats, tuple(x.splits.values()), x.converted, expanded)

@@ -128,6 +128,8 @@ class TensorDecl:
     pattern_levels: int = 0
     # sparse workspaces only: the insert-sort-merge policy (coiter.formats.workspaces)
     policy: str | None = None
+    # scalar temporaries only: the operator their producer reduces with (coiter.notation.reducers)
+    reducer: str = "sum"
 
     @property
     def order(self) -> int:

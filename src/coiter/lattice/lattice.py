@@ -13,10 +13,16 @@ lack a full iterator" hold by construction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from ..notation.ast import Access, Add, Call, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg, Sub
-from ..notation.functions import absent_value, is_zero
+import numpy as np
+
+from ..notation.ast import (
+    Access, Add, BinaryExpr, Call, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg, Reduction, Sub,
+    accesses,
+)
+from ..notation.functions import function
+from ..notation.reducers import reducer
 
 
 @dataclass(frozen=True)
@@ -38,38 +44,112 @@ def _product(a: list[Point], b: list[Point]) -> list[Point]:
     return [p | q for p in a for q in b]
 
 
-def _union(a: list[Point], b: list[Point]) -> list[Point]:
-    """Points of a sum: where both are, where only one is."""
-    return _product(a, b) + a + b
+# A sub-expression's points (where it may differ from its fill) and its fill: the one value
+# it takes wherever none of its points is, or None when it has no such constant (then the
+# empty point is among its points: the loop covers every coordinate).
+Node = tuple[list[Point], Any]
 
 
-def _build(e: Expr, iter_of: Callable[[Access], Iter | None]) -> list[Point]:
+def _binary(op: Callable[[Any, Any], Any], a: Node, b: Node, absorbing: Callable[[Any, int], bool]) -> Node:
+    """Points of ``op(a, b)``: where both operands are, and where one is unless the other's
+    fill absorbs it (``absorbing(fill, side)``: ``op`` of anything with that fill on that
+    side is one constant, as ``x * 0``). The fill is the value everywhere else: where
+    neither operand is, and where an absorbed one is."""
+    (pa, fa), (pb, fb) = a, b
+    a_absorbs = fa is not None and absorbing(fa, 0)
+    b_absorbs = fb is not None and absorbing(fb, 1)
+    points = _product(pa, pb) + ([] if b_absorbs else pa) + ([] if a_absorbs else pb)
+    values = []
+    with np.errstate(all="ignore"):  # an absorbing fill makes the other side anything (1)
+        if fa is not None and fb is not None:
+            values.append(op(fa, fb))
+        if b_absorbs and pa:
+            values.append(op(np.float64(1), fb))
+        if a_absorbs and pb:
+            values.append(op(fa, np.float64(1)))
+    if frozenset() in points:
+        return points, None
+    if not values or any(not _same(v, values[0]) for v in values):
+        # the absorbed cases differ from where neither operand is (0/c vs 0/0): visit all
+        return _product(pa, pb) + pa + pb + [frozenset()], None
+    return points, values[0]
+
+
+def _same(x: Any, y: Any) -> bool:
+    return bool(x == y) or bool(x != x and y != y)
+
+
+def _mul_absorbs(fill: Any, side: int) -> bool:
+    return bool(fill == 0)
+
+
+def _div_absorbs(fill: Any, side: int) -> bool:
+    # 0 / x is taken as 0 (TACO's choice; a dense denominator never widens the iteration);
+    # x / 0 is IEEE's inf or NaN, which depends on x
+    return side == 0 and bool(fill == 0)
+
+
+def _add_absorbs(fill: Any, side: int) -> bool:
+    return bool(np.isinf(fill))
+
+
+def _never(fill: Any, side: int) -> bool:
+    return False
+
+
+_CALL_ABSORBS: dict[str, Callable[[Any, int], bool]] = {
+    "max": lambda fill, side: bool(np.isposinf(fill)),
+    "min": lambda fill, side: bool(np.isneginf(fill)),
+    "and": lambda fill, side: not bool(fill),
+    "or": lambda fill, side: bool(fill),
+}
+
+_BINARY: dict[type, tuple[Callable[[Any, Any], Any], Callable[[Any, int], bool]]] = {
+    Mul: (np.multiply, _mul_absorbs), Div: (np.true_divide, _div_absorbs),
+    Add: (np.add, _add_absorbs), Sub: (np.subtract, _add_absorbs),
+}
+
+
+def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[[Access], Any]) -> Node:
     if isinstance(e, Access):
         it = iter_of(e)
-        return [frozenset({it})] if it is not None else [frozenset()]
-    if isinstance(e, (Literal, Coordinate)):
-        return [frozenset()]
+        return ([frozenset({it})], np.asarray(fill_of(e))[()]) if it is not None else ([frozenset()], None)
+    if isinstance(e, Literal):
+        return [], np.asarray(e.value)[()]
+    if isinstance(e, Coordinate):
+        return [frozenset()], None
     if isinstance(e, Neg):
-        return _build(e.operand, iter_of)
-    if isinstance(e, Mul):
-        return _product(_build(e.a, iter_of), _build(e.b, iter_of))
-    if isinstance(e, Div):
-        # a dense denominator never restricts iteration (0 / x is taken as 0, as TACO does);
-        # a sparse one divides by zero where it is absent (IEEE: inf or NaN), everywhere
-        denominator = _build(e.b, iter_of)
-        if denominator == [frozenset()]:
-            return _build(e.a, iter_of)
-        return _union(_build(e.a, iter_of), denominator) + [frozenset()]
-    if isinstance(e, (Add, Sub)):
-        return _union(_build(e.a, iter_of), _build(e.b, iter_of))
-    if isinstance(e, Call):
-        # nonzero where any argument is, and everywhere when its value at zeros is not zero
-        args = [_build(arg, iter_of) for arg in e.args]
-        points = args[0]
-        for more in args[1:]:
-            points = _union(points, more)
-        return points if is_zero(absent_value(e)) else points + [frozenset()]
+        points, fill = _build(e.operand, iter_of, fill_of)
+        return points, None if fill is None else -fill
+    if isinstance(e, Reduction):
+        points, fill = _build(e.body, iter_of, fill_of)
+        return points, None if fill is None else reduced_fill(e.op, fill)
+    if isinstance(e, BinaryExpr):
+        op, absorbing = _BINARY[type(e)]
+        return _binary(op, _build(e.a, iter_of, fill_of), _build(e.b, iter_of, fill_of), absorbing)
+    if isinstance(e, Call):  # where any argument is, unless a fill absorbs (max with inf)
+        f = function(e.fn)
+        args = [_build(arg, iter_of, fill_of) for arg in e.args]
+        if len(args) == 2:
+            return _binary(f, args[0], args[1], _CALL_ABSORBS.get(e.fn, _never))
+        points, fill = args[0]
+        if fill is None:
+            return points, None
+        with np.errstate(all="ignore"):
+            return points, f(fill)
     raise TypeError(f"cannot build a lattice for {type(e).__name__}")
+
+
+def reduced_fill(op: str, fill: Any) -> Any:
+    """The value of reducing ``fill`` over a loop of unknown length by ``op``; None when
+    that depends on the length (a sum of nonzeros)."""
+    r = reducer(op)
+    if r.idempotent:
+        return np.asarray(bool(fill) if r.logical else fill)[()]
+    identity = r.ufunc.identity
+    if fill == identity or (op == "prod" and fill == 0):
+        return fill
+    return None
 
 
 @dataclass(frozen=True)
@@ -119,15 +199,28 @@ def locate_where_possible(lattice: Lattice, locatable: Callable[[Iter], bool]) -
     return Lattice(tuple(out))
 
 
-def build_lattice(e: Expr, iter_of: Callable[[Access], Iter | None]) -> Lattice:
+def _zero_fill(a: Access) -> Any:
+    return 0
+
+
+def build_lattice(e: Expr, iter_of: Callable[[Access], Iter | None],
+                  fill_of: Callable[[Access], Any] = _zero_fill, neutral: Any = 0) -> Lattice:
     """Merge lattice of ``e`` for one index variable.
 
     ``iter_of(access)`` returns the iterator of the access's level for this
-    variable when that level must be walked, else None.
+    variable when that level must be walked, else None; ``fill_of(access)`` is the value
+    of its absent entries. Coordinates where ``e`` takes its fill need no visit when that
+    fill is ``neutral`` (the result's fill, or the identity of the reduction the loop
+    computes); otherwise the lattice holds the empty point and covers every coordinate.
     """
-    points: list[Point] = []
-    for p in _build(e, iter_of):
-        if p not in points:
-            points.append(p)
-    points.sort(key=len, reverse=True)
-    return Lattice(tuple(points))
+    points, fill = _build(e, iter_of, fill_of)
+    if fill is None or not bool(fill == neutral):
+        points = points + [frozenset()]
+    if not points:  # neutral everywhere (B * 0): walk the intersection, where nothing is done
+        points = [frozenset(it for a in accesses(e) if (it := iter_of(a)) is not None)]
+    out: list[Point] = []
+    for p in points:
+        if p not in out:
+            out.append(p)
+    out.sort(key=len, reverse=True)
+    return Lattice(tuple(out))

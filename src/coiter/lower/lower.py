@@ -35,9 +35,10 @@ from ..ir.nodes import (
 from ..lattice.lattice import Iter, Lattice, Point, build_lattice, locate_where_possible, sparse_iters
 from ..notation.ast import (
     Access, Add, BinaryExpr, Call as Intrinsic, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg,
-    Sub, accesses, map_accesses, walk,
+    Number, Reduction, Sub, accesses, map_accesses, walk,
 )
 from ..notation.functions import call_dtypes, zero_at
+from ..notation.reducers import reducer
 from .assembly import ParallelAssembly
 from .intrinsics import computable, intrinsic_ir
 from .growth import drop_unread_zero_fill
@@ -65,6 +66,8 @@ WORK_PARAM = "coiter_work"
 NUM_THREADS = "num_threads(COITER_THREADS())"
 BOUND_ERROR = 3  # kernel return code: a bound() promise does not hold
 PATTERN_ERROR = 6  # kernel return code: compute mode's operands do not produce its pattern
+# OpenMP's reduction operator for each reduction of a scalar temporary
+OMP_REDUCTIONS = {"sum": "+", "prod": "*", "min": "min", "max": "max", "any": "||", "all": "&&"}
 LOCAL_TEMP = 256  # precomputed workspaces of at most this many values live on the stack
 
 
@@ -172,16 +175,46 @@ def _is_zero(e: Expr) -> bool:
     return isinstance(e, Literal) and e.value == 0
 
 
-def simplify(e: Expr, zero: frozenset, dtypes: Mapping[str, np.dtype]) -> Expr:
-    """Replace accesses in ``zero`` by 0 and fold x*0, x+0, -0 (Chou et al.'s case expressions).
-    A zero keeps its access's kind (0.0, 0j...): it types the intrinsics it is left in."""
+@dataclass(frozen=True)
+class Absence:
+    """What the absent entries of a program's tensors read as, and which writes change
+    nothing: an operand's absent entry is its fill value; a scalar temporary that nothing
+    reduced into holds its reduction's identity; dense temporaries and workspaces start at
+    zero. Adding a reduction's identity, or assigning the result its own fill, is skipped."""
+
+    decls: Mapping[str, TensorDecl]
+
+    def fill(self, tensor: str) -> Number:
+        decl = self.decls[tensor]
+        if decl.role == "temp" and decl.order == 0:
+            return reducer(decl.reducer).identity(decl.dtype)
+        return 0
+
+    def literal(self, a: Access) -> Literal:
+        """``a``'s absent value, of its tensor's kind (0.0, 0j...: it types the intrinsics
+        it is left in)."""
+        return Literal(np.asarray(self.fill(a.tensor), self.decls[a.tensor].dtype)[()].item())
+
+    def fill_of(self, a: Access) -> Number:
+        return self.fill(a.tensor)
+
+    def neutral(self, s: Assign) -> Number:
+        """The value whose write by ``s`` changes nothing."""
+        if s.accumulate:
+            return self.fill(s.lhs.tensor) if self.decls[s.lhs.tensor].order == 0 else 0
+        return self.fill(s.lhs.tensor)
+
+
+def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
+    """Replace accesses in ``zero`` by their absent value and fold x*0, x+0, -0 (Chou et
+    al.'s case expressions)."""
     if isinstance(e, Access):
-        return Literal(np.zeros((), dtypes[e.tensor]).item()) if e in zero else e
+        return absence.literal(e) if e in zero else e
     if isinstance(e, Neg):
-        a = simplify(e.operand, zero, dtypes)
+        a = simplify(e.operand, zero, absence)
         return Literal(0) if _is_zero(a) else Neg(a)
     if isinstance(e, BinaryExpr):
-        a, b = simplify(e.a, zero, dtypes), simplify(e.b, zero, dtypes)
+        a, b = simplify(e.a, zero, absence), simplify(e.b, zero, absence)
         if isinstance(e, Mul) and (_is_zero(a) or _is_zero(b)):
             return Literal(0)
         if isinstance(e, Div) and _is_zero(a) and not _is_zero(b):
@@ -198,27 +231,29 @@ def simplify(e: Expr, zero: frozenset, dtypes: Mapping[str, np.dtype]) -> Expr:
                 return Neg(b)
         return type(e)(a, b)
     if isinstance(e, Intrinsic):
-        args = tuple(simplify(x, zero, dtypes) for x in e.args)
+        args = tuple(simplify(x, zero, absence) for x in e.args)
         if all(isinstance(x, Literal) for x in args) and zero_at(e.fn, tuple(x.value for x in args)):
             return Literal(0)
         return Intrinsic(e.fn, args)
     return e
 
 
-def restrict(s: Stmt, zero: frozenset, dtypes: Mapping[str, np.dtype]) -> Stmt | None:
+def restrict(s: Stmt, zero: frozenset, absence: Absence) -> Stmt | None:
     """``s`` with the accesses in ``zero`` absent; None when nothing is left to do."""
     if isinstance(s, Assign):
-        rhs = simplify(s.rhs, zero, dtypes)
-        return None if _is_zero(rhs) else replace(s, rhs=rhs)
+        rhs = simplify(s.rhs, zero, absence)
+        if isinstance(rhs, Literal) and _same_value(rhs.value, absence.neutral(s)):
+            return None
+        return replace(s, rhs=rhs)
     if isinstance(s, Forall):
-        body = restrict(s.body, zero, dtypes)
+        body = restrict(s.body, zero, absence)
         return None if body is None else replace(s, body=body)
     if isinstance(s, Where):
-        producer = restrict(s.producer, zero, dtypes)
-        if producer is None:  # the temporaries stay zero
+        producer = restrict(s.producer, zero, absence)
+        if producer is None:  # the temporaries keep their initial values
             defined = {a.lhs for a in walk_stmts(s.producer) if isinstance(a, Assign)}
-            return restrict(s.consumer, zero | defined, dtypes)
-        consumer = restrict(s.consumer, zero, dtypes)
+            return restrict(s.consumer, zero | defined, absence)
+        consumer = restrict(s.consumer, zero, absence)
         if consumer is None:
             return None
         if _produced(producer).tensor not in {a.tensor for a in _stmt_accesses(consumer)}:
@@ -226,35 +261,50 @@ def restrict(s: Stmt, zero: frozenset, dtypes: Mapping[str, np.dtype]) -> Stmt |
         return Where(consumer, producer)
     if isinstance(s, (Sequence, Multi)):
         first, second = (s.define, s.mutate) if isinstance(s, Sequence) else (s.left, s.right)
-        a, b = restrict(first, zero, dtypes), restrict(second, zero, dtypes)
+        a, b = restrict(first, zero, absence), restrict(second, zero, absence)
         if a is None or b is None:
             return a or b
         return type(s)(a, b)
     raise TypeError(type(s).__name__)
 
 
-def value_expr(s: Stmt, defs: Mapping[str, Expr] | None = None) -> Expr:
+def _same_value(x: Number, y: Number) -> bool:
+    """Whether two literal values are equal (NaN never is)."""
+    return bool(x == y)
+
+
+def value_expr(s: Stmt, reducers: Mapping[str, str] | None = None,
+               defs: Mapping[str, Expr] | None = None) -> Expr:
     """The expression whose sparsity a loop around ``s`` must follow.
 
-    Temporaries produced inside ``s`` are replaced by what produces them.
+    Temporaries produced inside ``s`` are replaced by what produces them: a scalar
+    temporary of ``reducers`` (tensor -> reduction operator) by the reduction of it.
     """
+    reducers = reducers or {}
     defs = dict(defs or {})
     if isinstance(s, Assign):
         return _substitute(s.rhs, defs)
     if isinstance(s, Forall):
-        return value_expr(s.body, defs)
+        return value_expr(s.body, reducers, defs)
     if isinstance(s, Where):
-        defs[_produced(s.producer).tensor] = value_expr(s.producer, defs)
-        return value_expr(s.consumer, defs)
+        produced = _produced(s.producer).tensor
+        value = value_expr(s.producer, reducers, defs)
+        if produced in reducers:
+            value = Reduction(_ANY_VAR, value, reducers[produced])
+        defs[produced] = value
+        return value_expr(s.consumer, reducers, defs)
     if isinstance(s, Sequence):
-        return Add(value_expr(s.define, defs), value_expr(s.mutate, defs))
+        return Add(value_expr(s.define, reducers, defs), value_expr(s.mutate, reducers, defs))
     if isinstance(s, Multi):
-        return Add(value_expr(s.left, defs), value_expr(s.right, defs))
+        return Add(value_expr(s.left, reducers, defs), value_expr(s.right, reducers, defs))
     raise TypeError(type(s).__name__)
 
 
-def _produced(s: Stmt) -> Access:
-    """The tensor a statement ultimately writes (the consumer side of nested wheres)."""
+_ANY_VAR = IndexVar("_")  # the variable of a reduction whose loops value_expr looks through
+
+
+def produced_assign(s: Stmt) -> Assign:
+    """The assignment a statement ultimately makes (the consumer side of nested wheres)."""
     while not isinstance(s, Assign):
         if isinstance(s, Forall):
             s = s.body
@@ -266,7 +316,12 @@ def _produced(s: Stmt) -> Access:
             s = s.right
         else:
             raise TypeError(type(s).__name__)
-    return s.lhs
+    return s
+
+
+def _produced(s: Stmt) -> Access:
+    """The tensor a statement ultimately writes (the consumer side of nested wheres)."""
+    return produced_assign(s).lhs
 
 
 def _substitute(e: Expr, defs: Mapping[str, Expr]) -> Expr:
@@ -311,6 +366,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         self.target = target
         self.decls: Mapping[str, TensorDecl] = prog.tensors
         self.dtypes = {n: np.dtype(d.dtype) for n, d in prog.tensors.items()}
+        self.absence = Absence(prog.tensors)
+        self.reducers = {n: d.reducer for n, d in prog.tensors.items() if d.role == "temp" and d.order == 0}
         self.mode = mode
         self.name = name
         self.namer = Namer()
@@ -492,7 +549,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         for name in defined:
             decl = self.decls[name]
             if decl.role == "temp" and decl.order == 0:
-                out.append(Decl(self.vtype[name], self.cn[name], Const(0)))
+                start = reducer(decl.reducer).identity(self.dtypes[name])
+                out.append(Decl(self.vtype[name], self.cn[name], Const(typed_literal(start, self.dtypes[name]))))
             elif decl.role == "temp":
                 here, size = self._temp_array(name, decl)
                 out += here
@@ -567,7 +625,10 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         decl = self.decls[lhs.tensor]
         op = "+=" if s.accumulate else "="
         if decl.role == "temp" and decl.order == 0:
-            return out + [self._write(lhs, IRAssign(Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope), op))]
+            t, value = Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope)
+            if s.accumulate and decl.reducer != "sum":
+                return out + [self._write(lhs, self._fold(decl.reducer, t, value, self.dtypes[lhs.tensor]))]
+            return out + [self._write(lhs, IRAssign(t, value, op))]
         if decl.role == "result" and self.mode == "assemble":
             return []
         if decl.policy is not None:
@@ -586,6 +647,13 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                                           scope.coords[self.level_var(lhs, last)])
         out.append(self._write(lhs, IRAssign(Load(self.vals(lhs.tensor), pos), self.expr(s.rhs, scope), op)))
         return out
+
+    def _fold(self, op: str, acc: Var, value: IRExpr, dtype: np.dtype) -> IRAssign:
+        """``acc`` updated with ``value`` by the reduction operator ``op`` (not a sum)."""
+        if op == "prod":
+            return IRAssign(acc, value, "*=")
+        fn = {"min": "min", "max": "max", "any": "or", "all": "and"}[op]
+        return IRAssign(acc, intrinsic_ir(fn, [acc, value], dtype, self.support))
 
     def _write(self, lhs: Access, s: IRAssign) -> IRStmt:
         """``s``, atomic when iterations of an enclosing parallel loop race on it."""
@@ -738,7 +806,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             return collapsed
         v = f.var
         vname = self.var(v)
-        lattice = build_lattice(value_expr(f.body), self.iter_of(scope, v))
+        lattice = build_lattice(value_expr(f.body, self.reducers), self.iter_of(scope, v),
+                                self.absence.fill_of, self.absence.neutral(produced_assign(f.body)))
         lattice = locate_where_possible(lattice, self._locatable)
         iters = lattice.iterators
         lo, extent = self._span(v)
@@ -870,7 +939,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         if len(operands) != 1 or self.decls[operands[0].tensor].role != "input":
             return None
         a = operands[0]
-        if restrict(f.body, frozenset({a}), self.dtypes) is not None:
+        if restrict(f.body, frozenset({a}), self.absence) is not None:
             return None  # the body does not vanish where a is absent (a union): every coordinate counts
         fmt = self.fmt(a.tensor)
         k = self.resolved_depth(scope, a)
@@ -1017,8 +1086,9 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         clauses = []
         if f.race in ("Temporary", "ParallelReduction"):
             for r in races(self.prov, f, self.decls):
-                if r.role == "temp" and self.decls[r.access.tensor].order == 0:
-                    clauses.append(f"reduction(+: {self.cn[r.access.tensor]})")
+                decl = self.decls[r.access.tensor]
+                if r.role == "temp" and decl.order == 0:
+                    clauses.append(f"reduction({OMP_REDUCTIONS[decl.reducer]}: {self.cn[r.access.tensor]})")
                 elif r.role == "result" and f.unit != "CPUVector":  # see _for
                     clauses.append(self._array_reduction_clause())
         if f.unit == "CPUVector":
@@ -1182,7 +1252,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
     def _case(self, body: Stmt, scope: Scope, v: IndexVar, vexpr: IRExpr, lattice: Lattice,
               q: Point, present: Mapping[Iter, tuple[IRExpr, IRExpr | None]], bottoms) -> list[IRStmt]:
         absent = frozenset(it.access for it in lattice.iterators if it not in q)
-        restricted = restrict(body, absent, self.dtypes)
+        restricted = restrict(body, absent, self.absence)
         if restricted is None:
             return []
         scope = scope.with_coord(v, vexpr)
@@ -1281,7 +1351,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         a, rest = missing[0], missing[1:]
         found = Bin(">=", scope.pos[(a, self.decls[a.tensor].order - 1)].lo, Const(0))
         then = self._guarded(s, scope, bottoms, starts, rest)
-        absent = restrict(s, frozenset({a}), self.dtypes)
+        absent = restrict(s, frozenset({a}), self.absence)
         other: list[IRStmt] = []
         if absent is not None:
             other = self._guarded(absent, scope, bottoms, starts,

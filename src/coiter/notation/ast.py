@@ -220,13 +220,17 @@ class Call(Expr):
 
 @dataclass(frozen=True)
 class Reduction(Expr):
-    """An explicit sum over ``var``; inserted by :func:`coiter.notation.reductions.insert_reductions`."""
+    """``body`` reduced over ``var`` by ``op`` (:data:`coiter.notation.reducers.REDUCERS`:
+    ``sum``, ``prod``, ``min``, ``max``, ``any``, ``all``). Sums are implicit in the
+    notation (:func:`coiter.notation.reductions.insert_reductions` places them); the others
+    are written out: ``y(i) = min(j, A(i,j) + x(j))``."""
 
     var: IndexVar
     body: Expr
+    op: str = "sum"
 
     def __str__(self) -> str:
-        return f"sum({self.var.name}, {self.body})"
+        return f"{self.op}({self.var.name}, {self.body})"
 
 
 @dataclass(frozen=True)
@@ -284,7 +288,7 @@ def with_children(e: Expr, kids: list[Expr] | tuple[Expr, ...]) -> Expr:
     if isinstance(e, Neg):
         return Neg(kids[0])
     if isinstance(e, Reduction):
-        return Reduction(e.var, kids[0])
+        return Reduction(e.var, kids[0], e.op)
     if isinstance(e, Call):
         return Call(e.fn, tuple(kids))
     return e

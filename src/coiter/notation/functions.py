@@ -5,7 +5,7 @@ Each intrinsic is a NumPy ufunc (or ``astype``) applied elementwise, with NumPy'
 type is the ufunc's loop type for the arguments' types (``sqrt`` of integers computes in
 float64, ``abs`` of complex returns float64), and it sees the implicit zeros of sparse
 operands as zeros. Whether a sparse operand's absent entries must be visited follows from
-the function's value there, evaluated by NumPy when the kernel is built: ``sqrt(b(i))`` is
+the function's value there, evaluated by NumPy when the kernel is built (coiter.lattice.lattice): ``sqrt(b(i))`` is
 zero wherever ``b`` is, so only ``b``'s entries are visited; ``exp(b(i))`` is 1 there, so
 every coordinate is (and ``pow(b(i), 2)`` visits ``b``'s entries, ``pow(b(i), 0)`` all).
 """
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError
 from .ast import (
-    Access, Add, BinaryExpr, Call, Coordinate, Div, Expr, Literal, Mul, Neg, Number, Reduction, Sub, children,
+    Access, Add, Call, Coordinate, Div, Expr, Literal, Mul, Neg, Number, Sub, children,
 )
 
 
@@ -106,40 +106,6 @@ def ufunc_expr(ufunc: np.ufunc, args: list[Expr]) -> Expr:
 def function(name: str) -> Function:
     """The intrinsic called ``name`` (KeyError when there is none)."""
     return FUNCTIONS[name]
-
-
-def absent_value(e: Expr) -> Any:
-    """The value of ``e`` where every operand holds an implicit zero (a NumPy scalar).
-
-    Nonzero (or NaN) means a loop must visit coordinates where no operand stores an
-    entry: the value is not zero there."""
-    with np.errstate(all="ignore"):
-        return _absent(e)
-
-
-def _absent(e: Expr) -> Any:
-    if isinstance(e, Access):
-        return np.float64(0)
-    if isinstance(e, Coordinate):  # any coordinate: unknown, so never taken as zero
-        return np.float64(np.nan)
-    if isinstance(e, Literal):
-        return np.complex128(e.value) if isinstance(e.value, complex) else np.float64(e.value)
-    if isinstance(e, Neg):
-        return -_absent(e.operand)
-    if isinstance(e, Reduction):
-        return _absent(e.body)  # a sum of zeros is zero; of anything else, not
-    if isinstance(e, Call):
-        return function(e.fn)(*(_absent(a) for a in e.args))
-    if isinstance(e, BinaryExpr):
-        ops: dict[type, Callable[[Any, Any], Any]] = {
-            Add: np.add, Sub: np.subtract, Mul: np.multiply, Div: np.true_divide}
-        return ops[type(e)](_absent(e.a), _absent(e.b))
-    raise TypeError(type(e).__name__)
-
-
-def is_zero(value: Any) -> bool:
-    """Whether an absent value is zero (NaN is not)."""
-    return bool(value == 0)
 
 
 def computation_dtype(e: Expr, dtypes: Mapping[str, np.dtype], default: np.dtype) -> np.dtype:

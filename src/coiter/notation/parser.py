@@ -10,14 +10,18 @@ Grammar (whitespace is allowed between any two tokens)::
     sum        := term (('+' | '-') term)*          left associative
     term       := unary (('*' | '/') unary)*        left associative
     unary      := ('-' | '+' | '!') unary | primary
-    primary    := call | access | NUMBER | '(' expr ')'
+    primary    := reduction | call | access | NUMBER | '(' expr ')'
+    reduction  := REDUCER '(' NAME ',' expr ')'
     call       := FUNCTION '(' expr (',' expr)* ')'
 
 A bare ``NAME`` is an order-0 (scalar) tensor access, unless an access in the assignment
 (the result's too) has an index variable of that name: then it is the variable's
 coordinate, an int64 value (``a(i,j) = b(i,j) * (i*4 + j)``). ``FUNCTION`` is the name of an
 intrinsic (``sqrt``, ``max``..., :mod:`coiter.notation.functions`) followed by ``(``: those
-names are reserved for calls (a scalar tensor may still be called ``max``). Numbers are ints (``3``),
+names are reserved for calls (a scalar tensor may still be called ``max``). ``REDUCER`` is
+``sum``, ``prod``, ``min``, ``max``, ``any`` or ``all`` (:mod:`coiter.notation.reducers`):
+``min(j, A(i,j) + x(j))`` reduces over ``j``, an index variable the result does not have
+(``min(b(i), c(i))`` and ``min(i, b(i))`` with ``i`` a result index stay elementwise). Numbers are ints (``3``),
 floats (``2.5``, ``.5``, ``1e-3``) or imaginary (``2j``). Every syntax or
 consistency error raises :class:`~coiter.errors.ParseError` with the 1-based
 column of the offending character.
@@ -43,6 +47,7 @@ from coiter.notation.ast import (
     Mul,
     Neg,
     Number,
+    Reduction,
     Sub,
     accesses,
     index_vars_of,
@@ -50,6 +55,7 @@ from coiter.notation.ast import (
 )
 
 from coiter.notation.functions import FUNCTIONS
+from coiter.notation.reducers import REDUCERS
 
 __all__ = ["parse"]
 
@@ -136,6 +142,7 @@ class _Parser:
         self.pos = 0
         # Order of every tensor seen so far, to reject one name used with different orders.
         self.orders: dict[str, int] = {}
+        self.result_names: set[str] = set()  # the result's index variables, once parsed
 
     # -- token helpers -------------------------------------------------------
 
@@ -143,6 +150,10 @@ class _Parser:
     def peek(self) -> _Token:
         """The current, not yet consumed, token."""
         return self.tokens[self.pos]
+
+    def ahead(self, n: int) -> _Token:
+        """The token ``n`` places after the current one (the end token past the end)."""
+        return self.tokens[min(self.pos + n, len(self.tokens) - 1)]
 
     def advance(self) -> _Token:
         """Consume and return the current token (the end token is never consumed)."""
@@ -166,6 +177,7 @@ class _Parser:
         if self.peek.kind != "name":
             raise self.expected("the result tensor name")
         lhs, lhs_index_tokens = self.access(self.advance())
+        self.result_names = {v.name for v in lhs.indices}
         if not self.peek.is_op("=", "+="):
             raise self.expected(f"'=' or '+=' after the result access {lhs}")
         accumulate = self.advance().text == "+="
@@ -230,6 +242,9 @@ class _Parser:
 
     def primary(self) -> Expr:
         token = self.peek
+        if token.kind == "name" and token.text in REDUCERS and self.ahead(1).is_op("("):
+            if token.text not in FUNCTIONS or self.reduces_here():
+                return self.reduction(self.advance())
         if token.kind == "name" and token.text in FUNCTIONS and self.tokens[self.pos + 1].is_op("("):
             return self.call(self.advance())
         if token.kind == "name":
@@ -244,6 +259,33 @@ class _Parser:
             self.advance()
             return inner
         raise self.expected("a tensor access, a number or '('")
+
+    def reduces_here(self) -> bool:
+        """Whether ``min(`` / ``max(`` at the current token opens a reduction: its first
+        argument is a bare name that the result does not have (``min(j, A(i,j))``), not
+        an operand of the elementwise function (``min(b(i), c(i))``, ``max(i, b(i))``)."""
+        first, after = self.ahead(2), self.ahead(3)
+        return first.kind == "name" and after.is_op(",") and first.text not in self.result_names
+
+    def reduction(self, name: _Token) -> Reduction:
+        """Parse ``op(var, body)`` after the reduction's name."""
+        self.advance()  # the '('
+        var = self.peek
+        if var.kind != "name" or not self.ahead(1).is_op(","):
+            raise self.expected(f"the index variable {name.text} reduces over, then ','")
+        if var.text in self.result_names:
+            raise self.error(f"{name.text} reduces over {var.text}, an index variable of the result",
+                             var.column)
+        self.advance()
+        self.advance()  # the ','
+        body = self.expr()
+        if not self.peek.is_op(")"):
+            raise self.expected(f"')' to close {name.text}(")
+        self.advance()
+        if IndexVar(var.text) not in {v for a in accesses(body) for v in a.indices}:
+            raise self.error(f"{name.text} reduces over {var.text}, which no tensor in its body "
+                             "is indexed by", var.column)
+        return Reduction(IndexVar(var.text), body, name.text)
 
     def call(self, name: _Token) -> Call:
         """Parse the argument list after an intrinsic's name."""

@@ -1,0 +1,93 @@
+"""Reductions other than sum (prod, min, max, any, all) against NumPy on the densified operands."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import coiter
+from coiter.errors import ArgumentError, ParseError
+
+REFERENCES = {"sum": np.sum, "prod": np.prod, "min": np.min, "max": np.max, "any": np.any, "all": np.all}
+
+
+def _matrix(seed: int, shape: tuple[int, int] = (9, 7)) -> sp.csr_array:
+    return sp.random_array(shape, density=0.4, format="csr", random_state=seed)
+
+
+@pytest.mark.parametrize("op", list(REFERENCES))
+@pytest.mark.parametrize("fmt", ["csr", "csc", "dcsr", "dense"])
+def test_row_reduction_sees_implicit_zeros(op: str, fmt: str) -> None:
+    """``op`` over a row counts its implicit zeros, as NumPy does on the dense matrix."""
+    D = _matrix(1).toarray()
+    D[2] = 0  # an empty row
+    A = sp.csr_array(D)
+    body = "A(i,j) > 0.5" if op in ("any", "all") else "A(i,j)"
+    dense = D > 0.5 if op in ("any", "all") else D
+    y = coiter.evaluate(f"y(i) = {op}(j, {body})", A=coiter.Tensor.from_scipy(A).asformat(fmt))
+    np.testing.assert_allclose(y.to_numpy(), REFERENCES[op](dense, axis=1))
+
+
+@pytest.mark.parametrize("op", ["min", "max"])
+def test_column_reduction(op: str) -> None:
+    A = _matrix(2)
+    y = coiter.evaluate(f"y(j) = {op}(i, A(i,j))", A=A)
+    np.testing.assert_allclose(y.to_numpy(), REFERENCES[op](A.toarray(), axis=0))
+
+
+def test_min_plus_with_a_dense_vector() -> None:
+    """A min-plus product over the dense semantics (implicit zeros are zeros)."""
+    A = _matrix(3)
+    x = np.random.default_rng(3).random(7)
+    y = coiter.evaluate("y(i) = min(j, A(i,j) + x(j))", A=A, x=x)
+    np.testing.assert_allclose(y.to_numpy(), (A.toarray() + x).min(axis=1))
+
+
+def test_nested_and_mixed_reductions() -> None:
+    rng = np.random.default_rng(4)
+    B = rng.random((4, 5, 3))
+    B[B < 0.3] = 0
+    c = rng.random(4)
+    got = coiter.evaluate("a(i) = max(j, sum(k, B(i,j,k))) + c(i)",
+                          B=coiter.Tensor.from_numpy(B, format="csf"), c=c)
+    np.testing.assert_allclose(got.to_numpy(), B.sum(axis=2).max(axis=1) + c)
+    got = coiter.evaluate("a = prod(i, max(j, B(i,j,k)) + 1)", B=B)
+    # the implicit sum over k sits innermost, inside the max: prod(i, max(j, sum(k, B)) + 1)
+    np.testing.assert_allclose(got.to_numpy(), (B.sum(axis=2).max(axis=1) + 1).prod())
+
+
+def test_product_is_not_hoisted_out_of_a_min() -> None:
+    """min(j, B(i,j)) * d(i) with negative d is no min of the products."""
+    A = _matrix(5)
+    d = -np.arange(1, 10, dtype=np.float64)
+    y = coiter.evaluate("y(i) = min(j, A(i,j)) * d(i)", A=A, d=d)
+    np.testing.assert_allclose(y.to_numpy(), A.toarray().min(axis=1) * d)
+
+
+def test_dsl_reduce() -> None:
+    i, j = coiter.index_vars("i j")
+    A = coiter.Tensor.from_scipy(_matrix(6))
+    y = coiter.Tensor((9,))
+    y[i] = coiter.reduce("max", j, A[i, j] * 2)
+    np.testing.assert_allclose(y.to_numpy(), 2 * A.to_numpy().max(axis=1))
+    with pytest.raises(ArgumentError, match="unknown reduction"):
+        coiter.reduce("median", j, A[i, j])
+
+
+def test_elementwise_min_and_max_stay_elementwise() -> None:
+    """min(b(i), c(i)) and max(i, b(i)) (i a result index) are intrinsics, not reductions."""
+    b, c = np.array([1.0, -2.0, 3.0]), np.array([0.5, 0.0, 4.0])
+    np.testing.assert_allclose(coiter.evaluate("a(i) = min(b(i), c(i))", b=b, c=c).to_numpy(),
+                               np.minimum(b, c))
+    np.testing.assert_allclose(coiter.evaluate("a(i) = max(i, b(i))", b=b).to_numpy(),
+                               np.maximum(np.arange(3), b))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("y(i) = sum(i, b(i))", "index variable of the result"),
+    ("y(i) = min(j, b(i))", "no tensor in its body"),
+    ("y(i) = prod(2, b(i))", "the index variable prod reduces over"),
+])
+def test_bad_reductions_are_parse_errors(text: str, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        coiter.parse(text)
