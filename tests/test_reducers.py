@@ -91,3 +91,17 @@ def test_elementwise_min_and_max_stay_elementwise() -> None:
 def test_bad_reductions_are_parse_errors(text: str, message: str) -> None:
     with pytest.raises(ParseError, match=message):
         coiter.parse(text)
+
+
+def test_pos_over_a_min_reduction_is_refused() -> None:
+    """Walking only A's positions would skip the implicit zeros a min must see; the
+    unscheduled kernel visits them."""
+    from coiter.errors import ScheduleError
+
+    A = _matrix(7)
+    kernel = coiter.compile("y(i) = min(j, A(i,j))", formats={"A": "csr"},
+                            schedule="pos(j,jpos,A(i,j))")
+    with pytest.raises(ScheduleError, match="does not vanish"):
+        kernel(A=A)
+    np.testing.assert_allclose(coiter.evaluate("y(i) = min(j, A(i,j))", A=A).to_numpy(),
+                               A.toarray().min(axis=1))

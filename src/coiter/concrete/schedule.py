@@ -325,12 +325,14 @@ def _check_covered(prog: ConcreteProgram, loop: Forall, a: Access, why: str) -> 
     absent (an intersection with ``a``, not a union)."""
     writes = [s for s in walk_stmts(loop.body) if isinstance(s, Assign)]
     zero: set[str] = set()
+    # a reduction whose identity is not zero (min, prod...) is changed by a zero
+    changed_by_zero = {t for t, d in prog.tensors.items() if d.reducer not in ("sum", "any")}
     for _ in writes:  # temporaries feed each other: iterate to a fixed point
         zero |= {t for t in {s.lhs.tensor for s in writes}
-                 if prog.tensors[t].role == "temp"
+                 if prog.tensors[t].role == "temp" and t not in changed_by_zero
                  and all(_vanishes(s.rhs, zero, a) for s in writes if s.lhs.tensor == t)}
     for s in writes:
-        if not _vanishes(s.rhs, zero, a):
+        if s.lhs.tensor in changed_by_zero or not _vanishes(s.rhs, zero, a):
             raise ScheduleError(f"{why}: {s} does not vanish where {a} is absent; the loop over "
                                 f"{loop.var} covers more than the positions of {a.tensor}")
 
