@@ -6,7 +6,11 @@ treat as present everywhere (dense levels, which are located; tensors not
 indexed by the variable; literals) is implicit: the empty point stands for
 "only those", and its presence means the loop must visit the full range of
 the variable. Multiplication takes products of points (intersection),
-addition adds the operands' own points (union). Because full levels are never
+addition adds the operands' own points (union). Each sub-expression also carries its
+fill, the value it takes where none of its points is (a literal has no points and its
+value as fill); a fill that absorbs the other operand (``x * 0``, ``x + inf``) drops the
+points where only that operand is, and the empty point is added at the root when the
+fill is not neutral for what the loop computes. Because full levels are never
 iterated, TACO's rules "iterate only one full level" and "prune points that
 lack a full iterator" hold by construction.
 """

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import DTypeError
+from ..errors import ArgumentError, DTypeError
 from .ast import Expr, IndexVar, Reduction, as_expr
 
 
@@ -70,8 +70,6 @@ def reducer(name: str) -> Reducer:
 def reduce(op: str, var: IndexVar | Sequence[IndexVar], body: Any) -> Expr:
     """``body`` reduced by ``op`` over ``var`` (or over several variables, the first
     outermost): ``coiter.reduce("min", j, A[i, j] + x[j])``."""
-    from ..errors import ArgumentError
-
     if op not in REDUCERS:
         raise ArgumentError(f"unknown reduction {op!r}; reductions: {', '.join(REDUCERS)}")
     vars_ = [var] if isinstance(var, IndexVar) else list(var)
