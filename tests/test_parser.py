@@ -142,7 +142,7 @@ def test_parentheses_override_precedence() -> None:
         ("   ", 1, "end of input"),
         ("y(i) = (A(i)", 13, "to close the '(' at column 8"),
         ("y(i) = A(i,)", 12, "expected an index variable name"),
-        ("y(i) = A(i, 0)", 13, "found '0'"),
+        ("y(i) = A(i, 0)", 13, "subscript of A has no index variable"),
         ("y(i) + 1 = A(i)", 6, "expected '=' or '+='"),
         ("(y(i)) = A(i)", 1, "expected the result tensor name"),
         ("y(i) = ", 7, "expected a tensor access, a number or '('"),

@@ -99,6 +99,7 @@ def compile(
     fast_math: bool = False,
     workspace: str = "auto",
     workspace_memory: int | None = None,
+    padding: bool = False,
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
@@ -117,6 +118,8 @@ def compile(
     chooses per call, ``"dense"``, or a sparse policy (``"hash"``, ``"coord"``,
     ``"bucket"``); no dense workspace takes more than ``workspace_memory`` bytes
     (default: ``COITER_WORKSPACE_MEMORY``, else a quarter of the machine's memory).
+    ``padding=True`` lets compound subscripts (``I(i+k-1)``) read outside their operand's
+    mode, where it is zero (torch's zero padding); otherwise that is a ShapeError.
     """
     a, aliases = _prepare(_as_assignment(assignment))
     if formats is not None and not isinstance(formats, Mapping):
@@ -140,12 +143,14 @@ def compile(
         raise ArgumentError(f"target must be 'c' or 'cuda', got {target!r}")
     if not isinstance(fast_math, bool):
         raise ArgumentError(f"fast_math must be True or False, got {fast_math!r}")
+    if not isinstance(padding, bool):
+        raise ArgumentError(f"padding must be True or False, got {padding!r}")
     if workspace_memory is not None and (isinstance(workspace_memory, bool) or not isinstance(
             workspace_memory, int) or workspace_memory < 0):
         raise ArgumentError(f"workspace_memory must be a number of bytes (a non-negative int), "
                             f"got {workspace_memory!r}")
     kernel = Kernel(StorageKernel(a, fmts, check_dtype(dtype or np.float64), aliases, commands, target,
-                                  fast_math, workspace, workspace_memory))
+                                  fast_math, workspace, workspace_memory, padding))
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel

@@ -25,7 +25,8 @@ from .errors import ArgumentError, DTypeError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, csr_unordered, dia
 from .formats.levels import Compressed, Dense
 from .formats.storage import Storage
-from .notation.ast import Access, Assignment, IndexVar, accesses, as_expr
+from .notation.affine import as_subscript
+from .notation.ast import Access, Affine, Assignment, IndexVar, Subscript, accesses, as_expr
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
     np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32,
@@ -518,21 +519,28 @@ class Tensor:
 
     # ------------------------------------------------------------------------- DSL
 
-    def _index(self, idx: Any) -> tuple[IndexVar, ...]:
-        ivars = idx if isinstance(idx, tuple) else (idx,)
-        for v in ivars:
-            if not isinstance(v, IndexVar):
-                raise ArgumentError(f"tensors are indexed by IndexVar (see coiter.index_vars), got {v!r}")
-        if len(ivars) != self.order:
+    def _index(self, idx: Any, compound: bool = False) -> tuple[Subscript, ...]:
+        given = idx if isinstance(idx, tuple) else (idx,)
+        subs = []
+        for v in given:
+            sub = as_subscript(v) if compound else v
+            if not isinstance(sub, (IndexVar, Affine)):
+                what = "IndexVar or an affine sum of them (i + k, 2*i + k - 1)" if compound \
+                    else "IndexVar"
+                raise ArgumentError(f"{self._name} is indexed by {what} (see coiter.index_vars), "
+                                    f"got {v!r}")
+            subs.append(sub)
+        if len(subs) != self.order:
             raise ShapeError(
-                f"{self._name} has order {self.order} but is indexed by {len(ivars)} "
-                f"index variable(s) {ivars}"
+                f"{self._name} has order {self.order} but is indexed by {len(subs)} "
+                f"subscript(s) {tuple(subs)}"
             )
-        return ivars
+        return tuple(subs)
 
-    def __getitem__(self, idx: IndexVar | tuple[IndexVar, ...]) -> Access:
-        """``A[i, j]``: an access for index notation (``A[()]`` for a scalar)."""
-        return Access(self._name, self._index(idx), source=self)
+    def __getitem__(self, idx: Any) -> Access:
+        """``A[i, j]``: an access for index notation (``A[()]`` for a scalar); subscripts
+        may be affine (``I[i + k]``, a convolution's input)."""
+        return Access(self._name, self._index(idx, compound=True), source=self)
 
     def __setitem__(self, idx: IndexVar | tuple[IndexVar, ...], expr: Any) -> None:
         """``A[i, j] = expr``: record the assignment; it is computed when the data is needed."""

@@ -31,6 +31,7 @@ from ..formats.levels.workspace import WorkspaceList
 from ..formats.workspaces import DENSE, policy_names
 from ..lattice.graph import Edge, LoopOrder, choose_order
 from ..lattice.lattice import Iter, build_lattice
+from ..notation.affine import Equation
 from ..notation.ast import (
     Access,
     Add,
@@ -48,6 +49,8 @@ from ..notation.ast import (
     map_accesses,
     with_children,
 )
+from .equations import solve_equations
+from .provenance import Solved
 from .layouts import LayoutPlan, expand_layouts
 from .stmt import (
     Assign, ConcreteProgram, Env, Forall, Sequence, Stmt, TensorDecl, Where, walk_stmts,
@@ -95,6 +98,8 @@ class _Lifter:
         self._taken = taken
         # split variables and the loop variables they are recovered from (set once known)
         self.derived: Mapping[IndexVar, tuple[IndexVar, ...]] = {}
+        # variables of index equations computed from loops (they stand for those loops)
+        self.solved: tuple[Solved, ...] = ()
 
     def fresh(self, prefix: str = "t") -> str:
         """A tensor name not used yet: ``t0``, ``t1``... (or ``<prefix>0``...)."""
@@ -109,13 +114,26 @@ class _Lifter:
         if isinstance(e, Reduction):
             reduced, body = _peel(e, e.op)
             body = self.lift(body)
+            # a reduced variable solved from a subscript walks that subscript's variable,
+            # within a window that the solution's other variables place
+            mine = [s for s in self.solved if s.var in reduced and s.driver is not None]
+            reduced = _driven(reduced, self.solved)
+            used = _loop_vars(set(_vars_incl_temps(body, self.temps)).union(
+                *(s.loops for s in mine)), {s.var: s.loops for s in self.solved})
             free = frozenset(
-                v for v in _vars_incl_temps(body, self.temps) if v not in reduced
+                v for v in used if v not in reduced
                 and not set(self.derived.get(v, (None,))) <= set(reduced))
             temp = _Temp(self.fresh(), reduced, body, free, e.op)
             self.temps.append(temp)
             return Access(temp.name, ())
         return with_children(e, [self.lift(c) for c in children(e)])
+
+
+def _driven(reduced: tuple[IndexVar, ...], solved: tuple[Solved, ...]) -> tuple[IndexVar, ...]:
+    """``reduced`` with each variable solved from a walked subscript variable replaced by
+    that variable (its loop)."""
+    drivers = {s.var: s.driver for s in solved if s.driver is not None}
+    return tuple(dict.fromkeys(drivers.get(v, v) for v in reduced))
 
 
 def _vars_incl_temps(e: Expr, temps: list[_Temp]) -> set[IndexVar]:
@@ -176,6 +194,8 @@ def concretize(
     result_dtype: np.dtype,
     workspace: str = AUTO,
     reserved: frozenset[str] = frozenset(),
+    equations: tuple[Equation, ...] = (),
+    padded: bool = False,
 ) -> ConcreteProgram:
     """Turn an assignment whose reductions are explicit into concrete index notation.
 
@@ -183,15 +203,19 @@ def concretize(
     ``workspace`` chooses the workspace of a scattered result (see the module's step 3).
     A result format kernels cannot assemble directly (hashed, DIA, ELL, blocked) is
     computed in its assembly format and converted afterwards. New tensors (temporaries,
-    transposed operands) take names outside ``formats`` and ``reserved``.
+    transposed operands) take names outside ``formats`` and ``reserved``. ``equations``
+    define the variables of compound subscripts (:mod:`coiter.notation.affine`); with
+    ``padded`` they may leave their modes, so every solved coordinate is guarded.
     """
     lhs = assignment.lhs
     terms = _sequenced_terms(assignment, formats)
     if terms is not None:
-        return _sequence(assignment, terms, formats, dtypes, result_dtype, workspace)
+        return _sequence(assignment, terms, formats, dtypes, result_dtype, workspace,
+                         equations, padded)
     assignment = replace(assignment, rhs=_wrap(*_hoist(assignment.rhs)))
     final_fmt = formats[lhs.tensor]
-    lp = _plan_loops(assignment, {**formats, lhs.tensor: final_fmt.assembly_format()}, reserved)
+    lp = _plan_loops(assignment, {**formats, lhs.tensor: final_fmt.assembly_format()}, reserved,
+                     equations, padded)
     plan, lifter, body, temps, lo = lp.layouts, lp.lifter, lp.body, lp.temps, lp.order
     top_reduced, derived, operand_accesses = lp.top_reduced, lp.derived, lp.operands
     free = list(lhs.indices)
@@ -225,7 +249,7 @@ def concretize(
 
     # --- whole-RHS reduction: temporary (gather) or accumulation (scatter) ------------------
     accumulate = False
-    env = Env(relations=plan.relations)
+    env = Env(relations=plan.relations + lp.solved)
     if top_reduced:
         if not any(f in derived for f in free) and all(
                 rank[f] < rank[r] for f in free for r in top_reduced):
@@ -354,7 +378,8 @@ def _signed_product(x: Expr, y: Expr) -> Expr:
 
 
 def _sequence(assignment: Assignment, terms: list[Expr], formats: Mapping[str, Format],
-              dtypes: Mapping[str, np.dtype], result_dtype: np.dtype, workspace: str) -> ConcreteProgram:
+              dtypes: Mapping[str, np.dtype], result_dtype: np.dtype, workspace: str,
+              equations: tuple[Equation, ...], padded: bool) -> ConcreteProgram:
     """``sequence(A = t1, sequence(A += t2, ...))``: each term concretized on its own (lowered
     in time linear in the number of terms), later ones adding into a dense result, which a
     sparse result format is converted from afterwards (held to the memory cap per call)."""
@@ -368,8 +393,9 @@ def _sequence(assignment: Assignment, terms: list[Expr], formats: Mapping[str, F
     progs: list[ConcreteProgram] = []
     reserved: frozenset[str] = frozenset()
     for term in terms:
+        used = set(index_vars_of(term))
         prog = concretize(Assignment(lhs, term), formats, dtypes, result_dtype,
-                          workspace, reserved)
+                          workspace, reserved, tuple(eq for eq in equations if eq.var in used), padded)
         reserved |= frozenset(prog.tensors)
         progs.append(prog)
     stmt = progs[-1].stmt
@@ -444,10 +470,12 @@ class _LoopPlan:
     derived: Derived
     operands: list[Access]
     order: LoopOrder
+    solved: tuple[Solved, ...]
 
 
 def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
-                reserved: frozenset[str] = frozenset()) -> _LoopPlan:
+                reserved: frozenset[str] = frozenset(), equations: tuple[Equation, ...] = (),
+                padded: bool = False) -> _LoopPlan:
     """Rewrite accesses through layouts, lift nested reductions and order the loops.
 
     An operand seen through its layout's levels cannot be transposed; where the order
@@ -459,9 +487,15 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
         lifter = _Lifter(set(formats) | reserved)
         layouts = expand_layouts(assignment, formats, lifter.fresh, plain)
         derived: Derived = {s.parent: s.derived() for s in layouts.relations}
-        lifter.derived = derived
         rhs = layouts.assignment.rhs
         top_reduced, top_body = _peel(rhs)
+        solved = solve_equations(equations, accesses(rhs), lhs, layouts.formats, not padded,
+                                 frozenset(top_reduced))
+        derived.update({s.var: s.loops for s in solved})
+        lifter.derived = derived
+        lifter.solved = solved
+        # a summed variable solved from a subscript's walked variable: the sum walks that
+        top_reduced = _driven(top_reduced, solved)
         body = lifter.lift(top_body)
         temps = lifter.temps
         free = list(lhs.indices)
@@ -471,31 +505,33 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
                               derived)
         all_vars = _storage_order_first([v for v in all_vars if v not in derived],
                                         [a for a in accesses(rhs) if a.tensor in layouts.expanded])
-        all_vars = _dense_last(all_vars, accesses(rhs) + [lhs], layouts.formats)
+        all_vars = _dense_last(all_vars, accesses(rhs) + [lhs], layouts.formats,
+                               {s.var: s.loops for s in solved})
         required: list[Edge] = [(f, r) for t in temps for f in _loop_vars(t.free, derived)
                                 for r in t.reduced]
         operands = _operand_accesses(body, temps)
         order = choose_order(all_vars, [(a, layouts.formats[a.tensor]) for a in operands],
-                             (lhs, result_fmt), required)
+                             (lhs, result_fmt), required, {s.var: s.loops for s in solved})
         stuck = {operands[idx].tensor for idx, _ in order.transposed} & layouts.expanded
         if not stuck:
-            return _LoopPlan(layouts, lifter, body, temps, top_reduced, derived, operands, order)
+            return _LoopPlan(layouts, lifter, body, temps, top_reduced, derived, operands, order,
+                             solved)
         assert not stuck <= plain, "a converted operand is still seen through its layout"
         plain |= stuck
 
 
-def _dense_last(vars_: list[IndexVar], accs: list[Access],
-                formats: Mapping[str, Format]) -> list[IndexVar]:
+def _dense_last(vars_: list[IndexVar], accs: list[Access], formats: Mapping[str, Format],
+                solved: Derived) -> list[IndexVar]:
     """Loop preference with variables that only index dense levels moved innermost (stably):
     SpMM and MTTKRP then stream a dense row per nonzero instead of re-walking sparse
     fibers once per dense column. Concordance edges still put every variable a sparse
-    level depends on first."""
+    level depends on first (the loops a ``solved`` variable is computed from stand for it)."""
     sparse: set[IndexVar] = set()
     for a in accs:
         fmt = formats[a.tensor]
         for k, level in enumerate(fmt.levels):
             if not (level.full and level.has_locate):
-                sparse.update(a.indices[fmt.ordering[j]] for j in range(k + 1))
+                sparse.update(_loop_vars([a.indices[fmt.ordering[j]] for j in range(k + 1)], solved))
     return [v for v in vars_ if v in sparse] + [v for v in vars_ if v not in sparse]
 
 

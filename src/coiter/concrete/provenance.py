@@ -15,6 +15,7 @@ Pos          pos(i,p,A(..i..))    i = A's coordinate at position p
 Coord        coord(p,i)           the position of A holding coordinate i
 Bound        bound(i,ib,b,kind)   i = ib, with a promise about i's extent
 Precomputed  precompute(e,i,iw,w) i = iw in the loop computing the workspace
+Solved       I(i+k) (an equation) i = t - k: computed from the loops it needs
 ===========  ===================  =============================================
 
 ``lo`` and ``R`` are the start and length of the parent's range: 0 and the
@@ -23,7 +24,7 @@ dimension for coordinates, a segment of positions for position variables.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..notation.ast import Access, IndexVar
 from .stmt import Relation
@@ -163,6 +164,40 @@ class Precomputed(Relation):
 
     def __str__(self) -> str:
         return f"precomputed({self.var}, {self.copy})"
+
+
+@dataclass(frozen=True)
+class Solved(Relation):
+    """``var = (sum(c * v for c, v in terms) + const) / divisor``: a variable of an index
+    equation (a compound subscript, :mod:`coiter.notation.affine`) that no loop walks;
+    lowering computes it once its ``loops`` are bound and guards that it lies in its
+    range (and divides evenly). ``checked``: the range was proven before the call, so a
+    guard is needed only for the division. ``driver``: the compound subscript's own
+    variable when a loop walks it in place of ``var`` (``k = t - i`` walks ``t``), None
+    when ``var`` is that variable (``t = i + k``). It creates no loops, so it is not an
+    edge of the provenance DAG."""
+
+    var: IndexVar
+    terms: tuple[tuple[int, IndexVar], ...]
+    const: int = 0
+    divisor: int = 1
+    checked: bool = False
+    driver: IndexVar | None = None
+    subscript: Any = None  # the compound subscript (an Affine) ``driver`` stands for
+
+    @property
+    def loops(self) -> tuple[IndexVar, ...]:
+        return tuple(v for _, v in self.terms)
+
+    def derived(self) -> tuple[IndexVar, ...]:
+        return ()
+
+    def parents(self) -> tuple[IndexVar, ...]:
+        return ()
+
+    def __str__(self) -> str:
+        num = " + ".join(f"{c}*{v}" for c, v in self.terms) + (f" + {self.const}" if self.const else "")
+        return f"{self.var} = ({num})" + (f" / {self.divisor}" if self.divisor != 1 else "")
 
 
 class Provenance:

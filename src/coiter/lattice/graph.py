@@ -9,7 +9,7 @@ cycle, the offending operands are re-stored in a concordant mode ordering
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..formats.format import Format
 from ..notation.ast import Access, IndexVar
@@ -78,20 +78,28 @@ def choose_order(
     operands: Sequence[tuple[Access, Format]],
     result: tuple[Access, Format],
     required: Sequence[Edge] = (),
+    solved: Mapping[IndexVar, tuple[IndexVar, ...]] | None = None,
 ) -> LoopOrder:
     """Pick a loop order over ``vars_`` (listed by preference).
 
     ``required`` edges (from scalar temporaries) always hold. Result edges hold
-    when they can; operands whose edges would close a cycle are transposed.
+    when they can; operands whose edges would close a cycle are transposed. A variable
+    in ``solved`` has no loop: an edge to or from it binds the loops it is computed from.
     """
+    solved = solved or {}
+
+    def edges_of(access: Access, fmt: Format, result: bool = False) -> list[Edge]:
+        return [(a2, b2) for a, b in access_edges(access, fmt, result=result)
+                for a2 in solved.get(a, (a,)) for b2 in solved.get(b, (b,)) if a2 != b2]
+
     edges: list[Edge] = list(required)
-    result_edges = access_edges(*result, result=True)
+    result_edges = edges_of(*result, result=True)
     result_concordant = not _has_cycle(vars_, edges + result_edges)
     if result_concordant:
         edges += result_edges
     dropped: list[int] = []
     for idx, (acc, fmt) in enumerate(operands):
-        mine = access_edges(acc, fmt)
+        mine = edges_of(acc, fmt)
         if _has_cycle(vars_, edges + mine):
             dropped.append(idx)
         else:

@@ -31,14 +31,21 @@ from ..notation.reducers import reducer
 
 @dataclass(frozen=True)
 class Iter:
-    """Position iteration over level ``level`` (0-based, storage order) of ``access``."""
+    """Position iteration over level ``level`` (0-based, storage order) of ``access``.
+
+    With ``slice`` (the relation solving a compound subscript's variable, a
+    :class:`~coiter.concrete.provenance.Solved`) the iterator walks ``var`` over the
+    offsets whose window of the level holds a stored coordinate (Liu et al.'s non-empty
+    subsections) without resolving the level; the loop inside walks the window."""
 
     access: Access
     level: int
     var: IndexVar
+    slice: Any = None
 
     def sort_key(self) -> tuple:
-        return (self.access.tensor, tuple(v.name for v in self.access.indices), self.level)
+        return (self.access.tensor, tuple(v.name for v in self.access.indices), self.level,
+                self.slice is not None)
 
 
 Point = frozenset  # frozenset[Iter]

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from ..concrete.provenance import Bound, Provenance, Split
+from ..concrete.provenance import Bound, Provenance, Solved, Split
 from ..concrete.races import races
 from ..concrete.stmt import (
     Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts,
@@ -80,7 +80,8 @@ class ParamSpec:
 
     # "dim" | "array" | "vals" | "shared_vals" (values over the positions of the first
     # ``level`` levels of operand ``array``, times the result's dense levels below them) |
-    # "out" | "out_len" | "cap_hint" | "threads" | "work"
+    # "out" | "out_len" | "cap_hint" | "threads" | "work" | "extent" (of the index variable
+    # named ``array``)
     kind: str
     tensor: str
     level: int = -1  # 0-based storage level for "dim"/"array", shared levels for "shared_vals"
@@ -169,6 +170,19 @@ def _unless_returns(pragma: str | None, body: list[IRStmt]) -> str | None:
 
 
 # ------------------------------------------------------------------ helpers on expressions
+
+
+def _affine_ir(terms: Iterable[tuple[int, IndexVar]], const: int,
+               coords: Mapping[IndexVar, IRExpr]) -> IRExpr:
+    """``sum(c * coords[v]) + const`` as readable C (``wq - 2 * w``, not ``wq + w * -2``)."""
+    total: IRExpr | None = None
+    for c, v in terms:
+        term = coords[v] if abs(c) == 1 else mul(Const(abs(c)), coords[v])
+        total = (term if c > 0 else Un("-", term)) if total is None else \
+            Bin("+" if c > 0 else "-", total, term)
+    if total is None:
+        return Const(const)
+    return Bin("+" if const > 0 else "-", total, Const(abs(const))) if const else total
 
 
 def _is_zero(e: Expr) -> bool:
@@ -382,6 +396,9 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         self.iter_names: dict[Iter, tuple[str, str]] = {}
         self.views: dict[Iter, _SortedScratch] = {}
         self.fused: set[Iter] = set()  # non-unique iterators walked entry by entry
+        self.slice_offsets: dict[Iter, str] = {}  # slice iterators' current offsets
+        self.result_vars = frozenset(v for st in walk_stmts(prog.stmt) if isinstance(st, Assign)
+                                     and st.lhs.tensor == prog.result for v in st.lhs.indices)
         self.prov = Provenance(prog.env.relations)
         # coordinate windows of split variables walked sparsely: var -> [lo, hi)
         self.window: dict[IndexVar, tuple[IRExpr, IRExpr]] = {}
@@ -708,11 +725,71 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             if k >= decl.order:
                 return None
             level = decl.format.levels[k]
-            if self.level_var(a, k) != v or (level.has_locate and level.full):
+            if level.has_locate and level.full:
                 return None
+            if self.level_var(a, k) != v:
+                sol = self._slicing(scope, a, k, v)
+                return None if sol is None else Iter(a, k, v, sol)
             return Iter(a, k, v)
 
         return get
+
+    def _slicing(self, scope: Scope, a: Access, k: int, v: IndexVar) -> Solved | None:
+        """The relation under which the loop over ``v`` walks the non-empty windows of level
+        ``k`` of ``a`` (Liu et al.'s index reduction loop): the level's variable stands for a
+        compound subscript whose variable solved from it spans each window, ``v`` is in it
+        with a positive coefficient, and every other variable of it is bound. None when the
+        level cannot be walked so (it must be ordered, unique and gapless)."""
+        t = self.level_var(a, k)
+        level = self.fmt(a.tensor).levels[k]
+        names = self.names(a.tensor, k)
+        if t in scope.coords or level.full or not (level.ordered and level.unique) or \
+                not level.has_pos_iter or level.has_coord_iter or \
+                level.pos_found(names, Var("p")) is not None:
+            return None
+        for sol in self._solved():
+            sub = sol.subscript
+            if sol.driver != t or sol.var in self.result_vars or sub is None:
+                continue
+            coef = dict((w, c) for c, w in sub.terms)
+            if coef.get(v, 0) > 0 and v != sol.var and all(
+                    w in scope.coords for w in sub.vars if w not in (v, sol.var)):
+                return sol
+        return None
+
+    def _window_of(self, it: Iter, scope: Scope) -> tuple[int, IRExpr, IRExpr]:
+        """``(s, lo, hi)``: offset ``x`` of slice iterator ``it`` has the window
+        ``[s*x + lo, s*x + hi]`` of coordinates (its solved variable over its range)."""
+        sol, v = it.slice, it.var
+        sub = sol.subscript
+        coef = dict((w, c) for c, w in sub.terms)
+        bound = _affine_ir([(c, w) for c, w in sub.terms if w not in (v, sol.var)], sub.const,
+                           scope.coords)
+        reach = mul(Const(abs(coef[sol.var])), Bin("-", self.extent[sol.var], Const(1)))
+        if coef[sol.var] > 0:
+            return coef[v], bound, add(bound, reach)
+        return coef[v], Bin("-", bound, reach), bound
+
+    def _next_window(self, it: Iter, scope: Scope, start: IRExpr) -> list[IRStmt]:
+        """Move slice iterator ``it`` to the first offset from ``start`` whose window holds a
+        stored coordinate, skipping positions no such window holds (subsect_next)."""
+        p, pend = self._iter_names(it)
+        off = self.slice_offsets[it]
+        s, lo, hi = self._window_of(it, scope)
+        level = self._level(it)
+        names = self.names(it.access.tensor, it.level)
+        crd = level.pos_access(names, Var(p), self._ancestors(scope, it.access, it.level))
+        if s == 1:
+            skip = lt(crd, add(start, lo))
+            first = Max((start, Bin("-", crd, hi)))
+        else:
+            num = Bin("-", crd, hi)  # offsets x >= ceil(num / s) reach crd
+            ceil = Select(Bin(">=", num, Const(0)), Bin("/", add(num, Const(s - 1)), Const(s)),
+                          Un("-", Bin("/", Un("-", num), Const(s))))
+            first = Max((start, ceil))
+            skip = Bin(">", add(mul(Const(s), first), lo), crd)
+        return [While(conj([lt(Var(p), Var(pend)), skip]), block(IRAssign(Var(p), Const(1), "+="))),
+                If(lt(Var(p), Var(pend)), block(IRAssign(Var(off), first)))]
 
     def _locatable(self, it: Iter) -> bool:
         return self.fmt(it.access.tensor).levels[it.level].has_locate
@@ -801,6 +878,45 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         return self.window.get(v, (Const(0), self.extent[v]))
 
     def _lower_coordinate_loop(self, f: Forall, scope: Scope) -> list[IRStmt]:
+        window = self._solution_window(f, scope)
+        if window is None:
+            return self._lower_walk(f, scope)
+        self.window[f.var] = window
+        try:
+            return self._lower_walk(f, scope)
+        finally:
+            del self.window[f.var]
+
+    def _solution_window(self, f: Forall, scope: Scope) -> tuple[IRExpr, IRExpr] | None:
+        """The coordinates ``[lo, hi)`` of a compound subscript's variable ``t`` that keep a
+        variable solved from it inside its range, once the solution's other loops are bound:
+        a pooling window ``t in [2w, 2w + |q|)`` for ``q = t - 2w`` (Liu et al.'s index
+        resolve loop). The operands' levels walked by ``t`` are cut by binary search; None
+        when there is no such window or a level cannot be cut by coordinate."""
+        v = f.var
+        if v in self.window:
+            return None
+        for sol in self._solved():
+            if sol.driver != v or sol.var in scope.coords or \
+                    any(w not in scope.coords for w in sol.loops if w != v):
+                continue
+            for a in _stmt_accesses(f.body):
+                fmt = self.fmt(a.tensor)
+                for k, level in enumerate(fmt.levels):
+                    if self.level_var(a, k) == v and not level.full and not (
+                            level.ordered and level.unique and not level.has_coord_iter
+                            and level.pos_found(self.names(a.tensor, k), Var("p")) is None):
+                        return None
+            # sol.var = (sign * v + rest) / divisor lies in [0, extent)
+            sign = sol.terms[0][0]  # v's coefficient: +1 or -1
+            others = [(-sign * c, w) for c, w in sol.terms if w != v]
+            first = _affine_ir(others, -sign * sol.const, scope.coords)  # v's bound at 0
+            span = mul(Bin("-", self.extent[sol.var], Const(1)), Const(sol.divisor))
+            lo, hi = (first, add(first, span)) if sign > 0 else (Bin("-", first, span), first)
+            return Max((lo, Const(0))), Min((add(hi, Const(1)), self.extent[v]))
+        return None
+
+    def _lower_walk(self, f: Forall, scope: Scope) -> list[IRStmt]:
         collapsed = self._collapsed_loop(f, scope)
         if collapsed is not None:
             return collapsed
@@ -844,13 +960,15 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                 scratch += [view.key, view.at]
 
         single = len(lattice.points) == 1
-        if single and len(iters) == 1 and self._fusable(iters[0], f.body, heads, bottoms):
+        slices = [it for it in iters if it.slice is not None]
+        if single and len(iters) == 1 and not slices and \
+                self._fusable(iters[0], f.body, heads, bottoms):
             self.fused.add(iters[0])
         if lattice.points == (frozenset(),):
             end, inner = self._split_bound(v, extent, scope)
             body = self._case(f.body, inner, v, Var(vname), lattice, frozenset(), {}, bottoms)
             out.append(self._for(f, vname, lo, end, body, scope))
-        elif single and len(iters) == 1 and self._unique_iter(iters[0]):
+        elif single and len(iters) == 1 and not slices and self._unique_iter(iters[0]):
             it = iters[0]
             p, _ = self._iter_names(it)
             begin, end = bounds[it]
@@ -871,6 +989,10 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                 p, pend = self._iter_names(it)
                 begin, end = bounds[it]
                 out += [Decl("int64_t", p, begin), Decl("int64_t", pend, end)]
+            for it in slices:
+                self.slice_offsets[it] = self._unique(f"{vname}{self.cn[it.access.tensor]}")
+                out.append(Decl("int64_t", self.slice_offsets[it], lo))
+                out += self._next_window(it, scope, lo)
             if lattice.full_range:
                 out.append(Decl("int64_t", vname, lo))
             for point in lattice.points:
@@ -965,7 +1087,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                 break
             readers = [x for x in _stmt_accesses(inner) + list(_lhs_accesses(inner)) if outer in x.indices]
             if any(x != a and not (x.tensor == self.result and shares) for x in readers) or \
-                    outer in _coordinates_read(inner):
+                    outer in _coordinates_read(inner) or \
+                    any(outer in sol.loops for sol in self._solved()):
                 break
             chain.append(inner)
         levels = [fmt.levels[k + n] for n in range(len(chain))]
@@ -1173,7 +1296,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         vname = self.var(v)
         its = sparse_iters(point)
         full = lattice.full_range
-        loop_for = not full and len(its) == 1 and self._unique_iter(its[0])
+        loop_for = not full and len(its) == 1 and its[0].slice is None and self._unique_iter(its[0])
         stmts = self._point_body(body, scope, v, lattice, point, bottoms, not loop_for)
         if not its:  # only full levels left: finish the range
             return For(vname, "int64_t", None, self._span(v)[1], block(stmts))
@@ -1183,6 +1306,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             p, pend = self._iter_names(its[0])
             return For(p, "int64_t", None, Var(pend), block(stmts))
         cond = [lt(Var(self._iter_names(it)[0]), Var(self._iter_names(it)[1])) for it in its]
+        cond += [lt(Var(self.slice_offsets[it]), self._span(v)[1]) for it in its if it.slice is not None]
         if full:
             cond.append(lt(Var(vname), self._span(v)[1]))
         return While(conj(cond), block(stmts))
@@ -1193,7 +1317,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         vname = self.var(v)
         its = sparse_iters(point)
         full = lattice.full_range
-        merged = full or len(its) > 1
+        merged = full or len(its) > 1 or any(it.slice is not None for it in its)
         out: list[IRStmt] = []
         coord: dict[Iter, IRExpr] = {}
         nxt: dict[Iter, IRExpr] = {}
@@ -1201,6 +1325,9 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         found: IRExpr | None = None
         for it in its:
             p, pend = self._iter_names(it)
+            if it.slice is not None:  # its offset is its coordinate
+                coord[it], seg[it] = Var(self.slice_offsets[it]), None
+                continue
             level = self._level(it)
             names = self.names(it.access.tensor, it.level)
             ancestors = self._ancestors(scope, it.access, it.level)
@@ -1241,7 +1368,10 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
 
         for it in its if advance else ():
             p, _ = self._iter_names(it)
-            if not merged:
+            if it.slice is not None:
+                off = Var(self.slice_offsets[it])
+                out.append(If(eq(off, vexpr), block(*self._next_window(it, scope, add(off, Const(1))))))
+            elif not merged:
                 out.append(IRAssign(Var(p), nxt[it]))
             elif seg[it] is None:
                 out.append(IRAssign(Var(p), Cast("int64_t", eq(coord[it], vexpr)), "+="))
@@ -1293,12 +1423,40 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             scope = scope.with_coord(parent, Var(name))
             if parent in self.extent and parent not in scope.bounded:
                 guards.append(lt(Var(name), self.extent[parent]))
+        for sol in self._solved():
+            if sol.var in scope.coords or any(v not in scope.coords for v in sol.loops):
+                continue
+            s, g, value = self._solve(sol, scope)
+            stmts += s
+            guards += g
+            scope = scope.with_coord(sol.var, value)
         return scope, stmts, guards
+
+    def _solved(self) -> list[Solved]:
+        return [r for r in self.prog.env.relations if isinstance(r, Solved)]
+
+    def _solve(self, sol: Solved, scope: Scope) -> tuple[list[IRStmt], list[IRExpr], IRExpr]:
+        """The coordinate of an index equation's solved variable from its bound loops, with
+        guards that it is a coordinate of its mode (``0 <= v < extent``, an exact quotient)."""
+        total = _affine_ir(sol.terms, sol.const, scope.coords)
+        name = self.var(sol.var)
+        extent = self.extent[sol.var]
+        if sol.divisor == 1:
+            guards = [] if sol.checked else [Bin(">=", Var(name), Const(0)), lt(Var(name), extent)]
+            return [Decl("int64_t", name, total)], guards, Var(name)
+        num = self._unique(f"{name}_num")
+        stmts: list[IRStmt] = [Decl("int64_t", num, total),
+                               Decl("int64_t", name, Bin("/", Var(num), Const(sol.divisor)))]
+        guards = [Bin(">=", Var(num), Const(0)),
+                  eq(Bin("%", Var(num), Const(sol.divisor)), Const(0)), lt(Var(name), extent)]
+        return stmts, guards, Var(name)
 
     def _case_body(self, restricted: Stmt, scope: Scope, bottoms,
                    present: Mapping[Iter, tuple[IRExpr, IRExpr | None]]) -> list[IRStmt]:
         items = []
         for it, (c, s) in present.items():
+            if it.slice is not None:  # the level is walked inside, in the window
+                continue
             p, _ = self._iter_names(it)
             parent = scope.pos.get((it.access, it.level - 1), ParentPos(Const(0))).lo
             lo = self._level(it).child_position(self.names(it.access.tensor, it.level), Var(p), c, parent)
@@ -1481,6 +1639,14 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
                             if v not in self.extent or (isinstance(dim, Const) and
                                                         not isinstance(self.extent[v], Const)):
                                 self.extent[v] = dim
+        # variables only compound subscripts use (a pooling window's) take their extent
+        # as a parameter
+        for v in dict.fromkeys(w for sol in self._solved() for w in (sol.var, *sol.loops)):
+            if v not in self.extent:
+                name = self._unique(f"{self.var(v)}_extent")
+                params.append(ParamSpec("extent", "", array=v.name))
+                cparams.append(Param("int64_t", name))
+                self.extent[v] = Var(name)
         # rows assembled in parallel: each thread allocates its own workspaces and buffers
         self.region = self.region_loop()
         for name, decl in self.decls.items():

@@ -114,16 +114,73 @@ class Expr:
         return self
 
 
+@dataclass(frozen=True)
+class Affine:
+    """A compound subscript ``sum(coef * var) + const`` such as ``i+k``, ``2*i+k`` (a
+    stride) or ``i+2*k-1`` (a dilation and a shift): the mode is read at that coordinate.
+
+    Build one with :func:`affine`, which merges repeated variables and keeps a lone
+    ``var`` a plain :class:`IndexVar`."""
+
+    terms: tuple[tuple[int, IndexVar], ...]
+    const: int = 0
+
+    @property
+    def vars(self) -> tuple[IndexVar, ...]:
+        return tuple(v for _, v in self.terms)
+
+    def __str__(self) -> str:
+        out = ""
+        for c, v in self.terms:
+            sign = "-" if c < 0 else ("+" if out else "")
+            out += sign + (v.name if abs(c) == 1 else f"{abs(c)}*{v.name}")
+        if self.const:
+            out += f"{self.const:+d}"
+        return out
+
+
+Subscript = Union[IndexVar, Affine]
+
+
+def affine(terms: Any, const: int = 0) -> Subscript:
+    """The subscript ``sum(c * v for c, v in terms) + const`` in normal form: repeated
+    variables merged, zero coefficients dropped, a bare ``1 * v`` returned as ``v``.
+    ValueError when no variable is left (a constant subscript)."""
+    coefs: dict[IndexVar, int] = {}
+    for c, v in terms:
+        coefs[v] = coefs.get(v, 0) + int(c)
+    kept = tuple((c, v) for v, c in coefs.items() if c != 0)
+    if not kept:
+        raise ValueError("a subscript needs an index variable")
+    if kept == ((1, kept[0][1]),) and const == 0:
+        return kept[0][1]
+    return Affine(kept, int(const))
+
+
+def subscript_vars(s: Subscript) -> tuple[IndexVar, ...]:
+    """The index variables of one subscript."""
+    return s.vars if isinstance(s, Affine) else (s,)
+
+
 @dataclass(frozen=True, eq=True)
 class Access(Expr):
-    """``tensor(indices...)``; ``source`` optionally points at the DSL's Tensor object."""
+    """``tensor(indices...)``; ``source`` optionally points at the DSL's Tensor object.
+
+    Front ends may put :class:`Affine` subscripts in ``indices``; the compiler replaces
+    them by fresh variables and index equations (:mod:`coiter.notation.affine`) before
+    concretizing, so every later stage sees plain variables only."""
 
     tensor: str
-    indices: tuple[IndexVar, ...]
+    indices: tuple[Subscript, ...]
     source: Any = field(default=None, compare=False, hash=False, repr=False)
 
     def __str__(self) -> str:
-        return f"{self.tensor}({','.join(v.name for v in self.indices)})"
+        return f"{self.tensor}({','.join(str(v) for v in self.indices)})"
+
+    @property
+    def index_vars(self) -> tuple[IndexVar, ...]:
+        """The variables of all subscripts, in order, without repeats."""
+        return tuple(dict.fromkeys(v for s in self.indices for v in subscript_vars(s)))
 
 
 @dataclass(frozen=True)
@@ -311,7 +368,7 @@ def index_vars_of(e: Expr) -> list[IndexVar]:
     seen: dict[IndexVar, None] = {}
     for n in walk(e):
         if isinstance(n, Access):
-            for v in n.indices:
+            for v in n.index_vars:
                 seen.setdefault(v, None)
     for n in walk(e):
         if isinstance(n, (Reduction, Coordinate)):

@@ -3,7 +3,9 @@
 Grammar (whitespace is allowed between any two tokens)::
 
     assignment := access ('=' | '+=') expr
-    access     := NAME [ '(' [ NAME (',' NAME)* ] ')' ]
+    access     := NAME [ '(' [ subscript (',' subscript)* ] ')' ]
+    subscript  := ['-'] sterm (('+' | '-') sterm)*  an affine sum: i, i+k, 2*i+k-1
+    sterm      := INT ['*' NAME] | NAME ['*' INT]
     expr       := conj ('||' conj)*                 left associative
     conj       := comparison ('&&' comparison)*     left associative
     comparison := sum [('<' | '<=' | '>' | '>=' | '==' | '!=') sum]   not chained
@@ -44,6 +46,8 @@ from coiter.notation.ast import (
     Expr,
     IndexVar,
     Literal,
+    Subscript,
+    affine,
     Mul,
     Neg,
     Number,
@@ -177,7 +181,11 @@ class _Parser:
         if self.peek.kind != "name":
             raise self.expected("the result tensor name")
         lhs, lhs_index_tokens = self.access(self.advance())
-        self.result_names = {v.name for v in lhs.indices}
+        for token, sub in zip(lhs_index_tokens, lhs.indices):
+            if not isinstance(sub, IndexVar):
+                raise self.error(f"the result's subscript {sub} is compound; the result takes "
+                                 "index variables only", token.column)
+        self.result_names = {v.name for v in lhs.index_vars}
         if not self.peek.is_op("=", "+="):
             raise self.expected(f"'=' or '+=' after the result access {lhs}")
         accumulate = self.advance().text == "+="
@@ -282,7 +290,7 @@ class _Parser:
         if not self.peek.is_op(")"):
             raise self.expected(f"')' to close {name.text}(")
         self.advance()
-        if IndexVar(var.text) not in {v for a in accesses(body) for v in a.indices}:
+        if IndexVar(var.text) not in {v for a in accesses(body) for v in a.index_vars}:
             raise self.error(f"{name.text} reduces over {var.text}, which no tensor in its body "
                              "is indexed by", var.column)
         return Reduction(IndexVar(var.text), body, name.text)
@@ -304,32 +312,78 @@ class _Parser:
         return Call(name.text, tuple(args))
 
     def access(self, name: _Token) -> tuple[Access, list[_Token]]:
-        """Parse the optional index list after ``name``; also return the index tokens."""
-        index_tokens = self.index_list(name.text) if self.peek.is_op("(") else []
-        self.check_order(name, len(index_tokens))
-        indices = tuple(IndexVar(t.text) for t in index_tokens)
-        return Access(name.text, indices), index_tokens
+        """Parse the optional index list after ``name``; also return the token starting
+        each subscript."""
+        subs = self.index_list(name.text) if self.peek.is_op("(") else []
+        self.check_order(name, len(subs))
+        return Access(name.text, tuple(s for _, s in subs)), [t for t, _ in subs]
 
-    def index_list(self, tensor: str) -> list[_Token]:
-        """Parse ``'(' [NAME (',' NAME)*] ')'``, rejecting a repeated index variable."""
+    def index_list(self, tensor: str) -> list[tuple[_Token, Subscript]]:
+        """Parse ``'(' [subscript (',' subscript)*] ')'``, rejecting a repeated index
+        variable."""
         self.advance()  # the '('
-        tokens: list[_Token] = []
+        subs: list[tuple[_Token, Subscript]] = []
         if self.peek.is_op(")"):
             self.advance()
-            return tokens
+            return subs
         while True:
-            if self.peek.kind != "name":
-                raise self.expected(f"an index variable name in the access of {tensor}")
-            token = self.advance()
-            if any(t.text == token.text for t in tokens):
-                raise self.error(f"repeated index variable {token.text} in access {tensor}", token.column)
-            tokens.append(token)
+            token = self.peek
+            sub = self.subscript(tensor)
+            if isinstance(sub, IndexVar) and any(s == sub for _, s in subs):
+                raise self.error(f"repeated index variable {sub} in access {tensor}", token.column)
+            subs.append((token, sub))
             if self.peek.is_op(")"):
                 self.advance()
-                return tokens
+                return subs
             if not self.peek.is_op(","):
                 raise self.expected(f"',' or ')' in the index list of {tensor}")
             self.advance()
+
+    def subscript(self, tensor: str) -> Subscript:
+        """Parse one subscript: an index variable or an affine sum of them."""
+        start = self.peek
+        terms: list[tuple[int, IndexVar]] = []
+        const = 0
+        sign = 1
+        if self.peek.is_op("-"):
+            self.advance()
+            sign = -1
+        while True:
+            coef, var = self.subscript_term(tensor)
+            if var is None:
+                const += sign * coef
+            else:
+                terms.append((sign * coef, var))
+            if not self.peek.is_op("+", "-"):
+                break
+            sign = 1 if self.advance().text == "+" else -1
+        try:
+            return affine(terms, const)
+        except ValueError:
+            raise self.error(f"subscript of {tensor} has no index variable", start.column) from None
+
+    def subscript_term(self, tensor: str) -> tuple[int, IndexVar | None]:
+        """``INT ['*' NAME]`` or ``NAME ['*' INT]``: a coefficient and its variable."""
+        if self.peek.kind == "name":
+            var = IndexVar(self.advance().text)
+            if not self.peek.is_op("*"):
+                return 1, var
+            self.advance()
+            return self.subscript_int(tensor), var
+        coef = self.subscript_int(tensor)
+        if not self.peek.is_op("*"):
+            return coef, None
+        self.advance()
+        if self.peek.kind != "name":
+            raise self.expected(f"an index variable name in the subscript of {tensor}")
+        return coef, IndexVar(self.advance().text)
+
+    def subscript_int(self, tensor: str) -> int:
+        token = self.peek
+        if token.kind != "number" or not token.text.isdigit():
+            raise self.expected(f"an index variable name or an integer in the subscript of {tensor}")
+        self.advance()
+        return int(token.text)
 
     # -- consistency checks --------------------------------------------------
 
@@ -363,7 +417,7 @@ class _Parser:
 def _coordinates(e: Expr, more: set[IndexVar]) -> Expr:
     """``e`` with every bare name that is an index variable of an access (or in ``more``,
     the result's) read as that variable's coordinate: ``b(i,j) * (i*4 + j)``."""
-    variables = more | {v for a in accesses(e) for v in a.indices}
+    variables = more | {v for a in accesses(e) for v in a.index_vars}
     names = {v.name for v in variables}
 
     def value(a: Access) -> Expr:

@@ -68,7 +68,7 @@ def _place(e: Expr, pending: list[IndexVar]) -> Expr:
 def _free_vars(e: Expr) -> set[IndexVar]:
     """Index variables used in ``e`` and not bound by a ``Reduction`` inside it."""
     if isinstance(e, Access):
-        return set(e.indices)
+        return set(e.index_vars)
     if isinstance(e, Coordinate):
         return {e.var}
     if isinstance(e, Reduction):

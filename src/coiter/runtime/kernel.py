@@ -29,6 +29,7 @@ from ..lower.intrinsics import computable
 from ..lower.ism import WORKSPACE_KEY_ERROR
 from ..lower.lower import BOUND_ERROR, PATTERN_ERROR, KernelIR, ParamSpec, lower
 from ..notation.ast import Assignment, IndexVar, accesses
+from ..notation.affine import subscript_range, trivialize
 from ..notation.functions import computation_dtype
 from ..notation.reductions import insert_reductions
 from ..formats.workspaces import DENSE, policy_names
@@ -132,11 +133,16 @@ class StorageKernel:
         fast_math: bool = False,
         workspace: str = AUTO,
         workspace_memory: int | None = None,
+        padding: bool = False,
     ) -> None:
         if workspace not in (AUTO, *policy_names()):
             raise FormatError(f"unknown workspace {workspace!r}: choose one of "
                               f"{', '.join((AUTO, *policy_names()))}")
         self.assignment = assignment
+        # compound subscripts as fresh variables and their equations (I(i+k): I(t), t = i+k);
+        # with ``padding`` they may read outside their mode, where the operand is zero
+        self.plain, self.equations = trivialize(insert_reductions(assignment))
+        self.padding = padding
         # the workspace of a scattered result: "auto" (chosen per call), "dense" or a
         # sparse policy; dense ones never take more than workspace_memory bytes
         self.workspace = workspace
@@ -155,7 +161,7 @@ class StorageKernel:
         self.formats = dict(formats)
         self.dtype = np.dtype(dtype)
         self.result = assignment.lhs.tensor
-        self.accesses = accesses(assignment.rhs)
+        self.accesses = accesses(self.plain.rhs)
         self.inputs = list(dict.fromkeys(a.tensor for a in self.accesses))
         self.orders = {a.tensor: len(a.indices) for a in self.accesses}
         self.orders[self.result] = len(assignment.lhs.indices)
@@ -207,7 +213,8 @@ class StorageKernel:
                 levels = list(fmt.levels)
                 levels[k] = levels[k].with_extent(extent)
                 formats[name] = Format(levels, fmt.ordering, fmt.layout)
-            prog = concretize(insert_reductions(self.assignment), formats, all_dtypes, rt, workspace)
+            prog = concretize(self.plain, formats, all_dtypes, rt, workspace,
+                              equations=self.equations, padded=self.padding)
             for command in commands:
                 prog = apply_command(prog, command)
             self._programs[key] = prog
@@ -311,10 +318,36 @@ class StorageKernel:
                     )
                 dims.setdefault(v, shape[m])
                 where.setdefault(v, f"{a.tensor} (mode {m})")
+        self._solve_extents(dims)
         for v in lhs:
             if v not in dims:
                 raise ShapeError(f"index variable {v.name} of the result has no size: it appears in no operand")
         return dims
+
+    def _solve_extents(self, dims: dict[IndexVar, int]) -> None:
+        """Extents of variables only compound subscripts give (the largest that keeps the
+        subscript inside its mode: a "valid" convolution's output), and ShapeError for a
+        subscript that leaves its mode when ``padding`` is off. With ``padding`` the inferred
+        extent reads as far past the mode's end as the subscript starts before it
+        (symmetric zero padding: torch's output size)."""
+        for eq in self.equations:
+            missing = [(c, v) for c, v in eq.subscript.terms if v not in dims]
+            if len(missing) == 1 and missing[0][0] > 0:
+                c, v = missing[0]
+                lo, rest = subscript_range(eq.subscript, {**dims, v: 1})
+                end = dims[eq.var] - 1 + (max(0, -lo) if self.padding else 0)
+                dims[v] = max(0, (end - rest) // c + 1)
+            elif missing:
+                raise ShapeError(f"index variable {missing[0][1]} of {eq.where} has no size: "
+                                 "give it a plain subscript somewhere (or the result's shape)")
+        for eq in self.equations:
+            lo, hi = subscript_range(eq.subscript, dims)
+            if not self.padding and any(dims[v] for v in eq.subscript.vars) and (
+                    lo < 0 or hi >= dims[eq.var]):
+                raise ShapeError(
+                    f"subscript {eq.subscript} of {eq.where} ranges over [{lo}, {hi}] but the "
+                    f"mode has size {dims[eq.var]}; compile with padding=True to read zeros "
+                    "outside it")
 
     # -- running -------------------------------------------------------------------------
     def run(self, storages: Mapping[str, Storage], mode: str = "fused", pattern: Storage | None = None,
@@ -330,7 +363,8 @@ class StorageKernel:
                 lambda c: self.run(storages, mode, pattern, result_shape, threads, commands=c)[0],
                 lambda: StorageKernel(self.assignment, self.formats, self.dtype, self.aliases,
                                       fast_math=self.fast_math, workspace=self.workspace,
-                                      workspace_memory=self.workspace_memory).run(
+                                      workspace_memory=self.workspace_memory,
+                                      padding=self.padding).run(
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.assignment.lhs.indices)
@@ -366,11 +400,11 @@ class StorageKernel:
             args[self.result] = pattern
             itypes[self.result] = pattern.index_dtype
         var = self.variant(prog, itypes, mode, fixed)
-        storage = self.invoke(var, args, rshape, threads)
+        storage = self.invoke(var, args, rshape, threads, dims)
         if storage is None:  # int32 result indices overflowed: retry with int64
             itypes[self.result] = np.dtype(np.int64)
             var = self.variant(prog, itypes, mode, fixed)
-            storage = self.invoke(var, args, rshape, threads)
+            storage = self.invoke(var, args, rshape, threads, dims)
         assert storage is not None
         if prog.result_conversion is not None:
             from ..convert import convert
@@ -427,7 +461,8 @@ class StorageKernel:
             raise KernelError(_ERRORS[PATTERN_ERROR])
 
     def invoke(self, var: Variant, storages: Mapping[str, Storage], rshape: tuple[int, ...],
-               threads: int | None = None) -> Storage | None:
+               threads: int | None = None,
+               dims: Mapping[IndexVar, int] | None = None) -> Storage | None:
         """Call ``var`` through ctypes on ``storages`` (including converted operands and, in
         compute mode, the result's pattern); None when int32 result indices overflowed."""
         ir, rdecl = var.ir, var.prog.tensors[self.result]
@@ -444,6 +479,8 @@ class StorageKernel:
         for n, p in enumerate(ir.params):
             if p.kind == "threads":
                 args[n] = threads or 0
+            elif p.kind == "extent":
+                args[n] = (dims or {})[IndexVar(p.array)]
             elif p.kind == "work":
                 args[n] = work
             elif p.tensor == self.result and p.kind not in ("array", "dim"):

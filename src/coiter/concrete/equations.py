@@ -1,0 +1,84 @@
+"""Which variable of each index equation no loop walks (a compound subscript's solution).
+
+A compound subscript ``I(i+k)`` became ``I(t)`` with the equation ``t = i+k``
+(:mod:`coiter.notation.affine`). One variable of the equation is computed from the
+others instead of looped over:
+
+- where ``I`` can locate its mode (a dense level), ``t`` itself: the loops walk ``i``
+  and ``k`` and read ``I`` at ``i+k``;
+- otherwise ``I``'s stored coordinates must drive a loop, so ``t`` is walked and another
+  variable is solved for, ``i = t - k`` (the result's, preferably): the convolution
+  scatters each stored input into the outputs it reaches, in time proportional to the
+  stored entries times the filter, never to the tensor's shape.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from ..errors import FormatError
+from ..formats.format import Format
+from ..notation.affine import Equation
+from ..notation.ast import Access, IndexVar
+from .provenance import Solved
+
+
+def _level_of(a: Access, fmt: Format, v: IndexVar) -> int | None:
+    for k, m in enumerate(fmt.ordering):
+        if a.indices[m] == v:
+            return k
+    return None
+
+
+def _walked(v: IndexVar, accs: Sequence[Access], formats: Mapping[str, Format]) -> bool:
+    """Whether some access's level indexed by ``v`` cannot locate (a loop must walk it)."""
+    for a in accs:
+        k = _level_of(a, formats[a.tensor], v)
+        if k is not None and not formats[a.tensor].levels[k].has_locate:
+            return True
+    return False
+
+
+def _appended(lhs: Access, fmt: Format, v: IndexVar) -> bool:
+    """Whether the result appends the level ``v`` indexes (entries must come in order)."""
+    k = _level_of(lhs, fmt, v)
+    return k is not None and fmt.levels[k].has_append
+
+
+def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], lhs: Access,
+                    formats: Mapping[str, Format], checked: bool,
+                    summed: frozenset[IndexVar]) -> tuple[Solved, ...]:
+    """A :class:`Solved` relation per equation (``checked``: the caller proved every
+    subscript stays inside its mode; ``summed``: the variables the whole right-hand side is
+    summed over, whose loops may scatter into the result)."""
+    out: list[Solved] = []
+    taken: set[IndexVar] = set()
+    for eq in equations:
+        sub = eq.subscript
+        if not _walked(eq.var, operands, formats):
+            out.append(Solved(eq.var, sub.terms, sub.const, 1, checked))
+            taken.add(eq.var)
+            continue
+        free = [(c, v) for c, v in sub.terms if v not in taken and not _walked(v, operands, formats)]
+        results = set(lhs.indices)
+        rfmt = formats[lhs.tensor]
+        # scatter: solve for a result variable when the others are results or summed over
+        # (a sparse result is appended in order: its loops walk the input's windows instead)
+        scatter = [(c, v) for c, v in free if v in results and not _appended(lhs, rfmt, v)
+                   and all(w == v or w in results or w in summed for w in sub.vars)]
+        # gather: solve for a reduced variable, walking the subscript's window per result
+        gather = [(c, v) for c, v in free if v not in results]
+        gather.sort(key=lambda cv: abs(cv[0]) != 1)
+        if not scatter and not gather:
+            raise FormatError(
+                f"{eq.where}: every variable of the compound subscript {sub} drives a sparse "
+                "loop; store one of the tensors it indexes densely")
+        c, v = (scatter or gather)[0]
+        sign = 1 if c > 0 else -1
+        terms = ((sign, eq.var),) + tuple((-sign * d, w) for d, w in sub.terms if w != v)
+        if _appended(lhs, rfmt, v):
+            raise FormatError(f"{eq.where}: the result {lhs.tensor} is written at {v} = "
+                              f"{eq.var} - ..., computed from {eq.where}'s stored coordinates "
+                              "in no order; store the result densely")
+        out.append(Solved(v, terms, -sign * sub.const, abs(c), driver=eq.var, subscript=sub))
+        taken.add(v)
+    return tuple(out)

@@ -1,0 +1,135 @@
+"""Compound (affine) subscripts: ``O(i) = I(i+k) * F(k)``.
+
+The compiler's stages below notation index every tensor mode by one variable. This
+module rewrites each compound subscript into a fresh variable plus an index equation
+(``I(i+k)`` becomes ``I(t)`` with ``t = i+k``); concretize then decides which variable
+of each equation is computed from the loops over the others (Liu et al., OOPSLA 2024,
+"index variable reduction"), and lowering computes it with guards that keep it inside
+its mode.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .ast import (
+    Access,
+    Add,
+    Affine,
+    Assignment,
+    Coordinate,
+    Expr,
+    IndexVar,
+    Literal,
+    Mul,
+    Neg,
+    Sub,
+    Subscript,
+    accesses,
+    affine,
+    index_vars_of,
+    map_accesses,
+)
+
+__all__ = ["Equation", "trivialize", "as_subscript", "subscript_range", "compound"]
+
+
+@dataclass(frozen=True)
+class Equation:
+    """``var = subscript``: ``var`` is the coordinate of a mode read through ``subscript``
+    (``where`` names it for messages, e.g. ``I(i+k)``)."""
+
+    var: IndexVar
+    subscript: Affine
+    where: str
+
+    def __str__(self) -> str:
+        return f"{self.var} = {self.subscript}"
+
+
+def trivialize(a: Assignment) -> tuple[Assignment, tuple[Equation, ...]]:
+    """``a`` with every compound subscript replaced by a fresh variable, and the equations
+    defining those variables. Equal subscripts share one variable (``A(i+j) * B(i+j)``
+    co-iterates both operands on it). Call after reductions are explicit: the fresh
+    variables are neither summed nor results."""
+    taken = {v.name for v in index_vars_of(a.rhs)} | {v.name for v in a.lhs.index_vars}
+    fresh: dict[Affine, IndexVar] = {}
+    equations: list[Equation] = []
+
+    def name(sub: Affine, access: Access) -> IndexVar:
+        if sub not in fresh:
+            # i+k is read through "ik" (ik0, ik1... when taken)
+            base = "".join(v.name for v in sub.vars)
+            n, candidate = 0, base
+            while candidate in taken:
+                candidate, n = f"{base}{n}", n + 1
+            taken.add(candidate)
+            fresh[sub] = IndexVar(candidate)
+            equations.append(Equation(fresh[sub], sub, str(access)))
+        return fresh[sub]
+
+    def plain(x: Access) -> Access:
+        if all(isinstance(s, IndexVar) for s in x.indices):
+            return x
+        subs = tuple(s if isinstance(s, IndexVar) else name(s, x) for s in x.indices)
+        return Access(x.tensor, subs, x.source)
+
+    return Assignment(a.lhs, map_accesses(a.rhs, plain), a.accumulate), tuple(equations)
+
+
+def subscript_range(sub: Affine, extents: Mapping[IndexVar, int]) -> tuple[int, int]:
+    """The least and greatest value ``sub`` takes over its variables' extents."""
+    lo = hi = sub.const
+    for c, v in sub.terms:
+        top = c * (extents[v] - 1)
+        lo, hi = lo + min(0, top), hi + max(0, top)
+    return lo, hi
+
+
+def as_subscript(x: Any) -> Subscript | None:
+    """The subscript a DSL index stands for (``i``, ``i + k``, ``2*i + k - 1``), or None
+    when ``x`` is not an affine sum of index variables and integers."""
+    if isinstance(x, IndexVar):
+        return x
+    if not isinstance(x, Expr):
+        return None
+    form = _linear(x)
+    if form is None:
+        return None
+    terms, const = form
+    try:
+        return affine(((c, v) for v, c in terms.items()), const)
+    except ValueError:
+        return None
+
+
+def _linear(e: Expr) -> tuple[dict[IndexVar, int], int] | None:
+    """``e`` as ``({var: coef}, const)`` when it is affine with integer coefficients."""
+    if isinstance(e, Coordinate):
+        return {e.var: 1}, 0
+    if isinstance(e, Literal):
+        value = e.value
+        return ({}, value) if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(e, Neg):
+        inner = _linear(e.operand)
+        return None if inner is None else ({v: -c for v, c in inner[0].items()}, -inner[1])
+    if isinstance(e, (Add, Sub, Mul)):
+        a, b = _linear(e.a), _linear(e.b)
+        if a is None or b is None:
+            return None
+        if isinstance(e, Mul):
+            if a[0] and b[0]:
+                return None  # i * k is not affine
+            (terms, const), k = (a, b[1]) if a[0] else (b, a[1])
+            return {v: c * k for v, c in terms.items()}, const * k
+        sign = 1 if isinstance(e, Add) else -1
+        terms = dict(a[0])
+        for v, c in b[0].items():
+            terms[v] = terms.get(v, 0) + sign * c
+        return terms, a[1] + sign * b[1]
+    return None
+
+
+def compound(a: Assignment) -> bool:
+    """Whether any access of ``a`` has a compound subscript."""
+    return any(not isinstance(s, IndexVar) for x in accesses(a.rhs) + [a.lhs] for s in x.indices)

@@ -1,0 +1,270 @@
+"""Compound (affine) subscripts: convolutions and pooling against a NumPy reference that
+evaluates the same index expression by brute force over every coordinate (reads outside
+an operand are zeros), on the densified operands."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import coiter
+from coiter.errors import ArgumentError, FormatError, ParseError, ShapeError
+from coiter.notation.ast import Affine, IndexVar
+from coiter.notation.parser import parse
+
+from helpers import check, random_array, tensor
+
+Sub = tuple[dict[str, int], int]  # {var: coefficient}, constant
+
+
+def gathered(arr: np.ndarray, subs: list[Sub], grid: dict[str, np.ndarray]) -> np.ndarray:
+    """``arr`` read at affine subscripts over the grid of every variable (0 outside)."""
+    idx = [sum(c * grid[v] for v, c in terms.items()) + const for terms, const in subs]
+    inside = np.ones(next(iter(grid.values())).shape, dtype=bool)
+    for m, x in enumerate(idx):
+        inside &= (x >= 0) & (x < arr.shape[m])
+    clipped = tuple(np.clip(x, 0, n - 1) for x, n in zip(idx, arr.shape))
+    return np.where(inside, arr[clipped], 0.0)
+
+
+def reference(out: list[str], operands: list[tuple[np.ndarray, list[Sub]]],
+              extents: dict[str, int], reduce=np.sum) -> np.ndarray:
+    """``out(...) = reduce over the other variables of the product of the operands``."""
+    names = list(extents)
+    grid = dict(zip(names, np.meshgrid(*[np.arange(extents[v]) for v in names], indexing="ij")))
+    prod = np.ones(grid[names[0]].shape)
+    for arr, subs in operands:
+        prod = prod * gathered(arr, subs, grid)
+    axes = tuple(n for n, v in enumerate(names) if v not in out)
+    res = reduce(prod, axis=axes) if axes else prod
+    kept = [v for v in names if v in out]
+    return np.transpose(res, [kept.index(v) for v in out])
+
+
+def conv1d_sizes(n: int, k: int, stride: int, dilation: int, pad: int) -> int:
+    return (n + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+
+
+# --- the language ---------------------------------------------------------------------
+
+def test_parse_and_print_compound_subscripts() -> None:
+    a = parse("O(i) = I(2*i+k-1) * F(k)")
+    sub = a.rhs.a.indices[0]
+    assert isinstance(sub, Affine)
+    assert sub.terms == ((2, IndexVar("i")), (1, IndexVar("k"))) and sub.const == -1
+    assert str(a) == "O(i) = I(2*i+k-1) * F(k)"
+    assert str(parse("A(i,j) = B(i) + C(i*3+j-i)")) == "A(i,j) = B(i) + C(2*i+j)"
+    assert parse("y(i) = x(i+0)").rhs.indices == (IndexVar("i"),)  # i+0 is plain i
+
+
+@pytest.mark.parametrize("text, message", [
+    ("O(i+k) = I(i) * F(k)", r"result.s subscript i\+k is compound"),
+    ("O(i) = I(3)", "has no index variable"),
+    ("O(i) = I(i-i)", "has no index variable"),
+    ("O(i) = I(i+1.5)", "an index variable name or an integer"),
+    ("O(i) = I(i*k)", "an index variable name or an integer"),
+])
+def test_bad_subscripts_are_parse_errors(text: str, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        parse(text)
+
+
+def test_dsl_subscripts() -> None:
+    rng = np.random.default_rng(0)
+    i, k = coiter.index_vars("i k")
+    x = random_array(rng, (13,), 0.5)
+    f = rng.random(3)
+    I, F = tensor(x, "s"), tensor(f, "d")
+    O = coiter.Tensor.from_numpy(np.zeros(6))
+    O[i] = I[2 * i + k - 1 + 1] * F[k]
+    check(O, reference(["i"], [(x, [({"i": 2, "k": 1}, 0)]), (f, [({"k": 1}, 0)])],
+                       {"i": 6, "k": 3}))
+    with pytest.raises(ArgumentError, match="affine sum"):
+        I[i * k]
+    with pytest.raises(ArgumentError, match="IndexVar"):
+        O[i + k] = I[i]
+
+
+# --- differential tests ---------------------------------------------------------------
+
+@given(n=st.integers(1, 14), k=st.integers(1, 4), stride=st.integers(1, 3),
+       dilation=st.integers(1, 3), pad=st.integers(0, 2), density=st.sampled_from([0.0, 0.3, 1.0]),
+       fmt_i=st.sampled_from(["d", "s"]), fmt_f=st.sampled_from(["d", "s"]), seed=st.integers(0, 99))
+def test_conv1d(n, k, stride, dilation, pad, density, fmt_i, fmt_f, seed) -> None:
+    out = conv1d_sizes(n, k, stride, dilation, pad)
+    if out < 1:
+        return
+    rng = np.random.default_rng(seed)
+    x, f = random_array(rng, (n,), density), random_array(rng, (k,), 0.7)
+    sub = f"{stride}*i+{dilation}*k-{pad}"
+    kern = coiter.compile(f"O(i) = I({sub}) * F(k)", {"I": fmt_i, "F": fmt_f}, padding=pad > 0)
+    got = kern(I=tensor(x, fmt_i), F=tensor(f, fmt_f))
+    check(got, reference(["i"], [(x, [({"i": stride, "k": dilation}, -pad)]), (f, [({"k": 1}, 0)])],
+                         {"i": out, "k": k}))
+
+
+@given(c=st.integers(1, 3), kout=st.integers(1, 3), h=st.integers(3, 9), w=st.integers(3, 9),
+       r=st.integers(1, 3), stride=st.integers(1, 2), dilation=st.integers(1, 2), pad=st.integers(0, 1),
+       density=st.sampled_from([0.05, 0.3, 0.8]),
+       fmt=st.sampled_from(["ddd", "dss", "sss", "dds", "sdd"]), seed=st.integers(0, 99))
+def test_conv2d_nchw(c, kout, h, w, r, stride, dilation, pad, density, fmt, seed) -> None:
+    ho, wo = (conv1d_sizes(m, r, stride, dilation, pad) for m in (h, w))
+    if ho < 1 or wo < 1:
+        return
+    rng = np.random.default_rng(seed)
+    x, f = random_array(rng, (c, h, w), density), rng.standard_normal((kout, c, r, r))
+    text = (f"O(k,h,w) = I(c,{stride}*h+{dilation}*r-{pad},{stride}*w+{dilation}*q-{pad}) "
+            "* F(k,c,r,q)")
+    got = coiter.compile(text, {"I": fmt}, padding=pad > 0)(I=tensor(x, fmt), F=f)
+    subs = [({"c": 1}, 0), ({"h": stride, "r": dilation}, -pad), ({"w": stride, "q": dilation}, -pad)]
+    check(got, reference(["k", "h", "w"], [(x, subs), (f, [({v: 1}, 0) for v in "kcrq"])],
+                         {"k": kout, "c": c, "h": ho, "w": wo, "r": r, "q": r}))
+
+
+@pytest.mark.parametrize("fmt", ["dddd", "dsss", "ssss", "ddds"])
+def test_conv2d_nhwc_batch(fmt: str) -> None:
+    rng = np.random.default_rng(1)
+    x, f = random_array(rng, (2, 7, 6, 3), 0.2), rng.standard_normal((3, 3, 3, 4))
+    got = coiter.evaluate("O(n,h,w,k) = I(n,h+r,w+q,c) * F(r,q,c,k)", I=tensor(x, fmt), F=f)
+    subs = [({"n": 1}, 0), ({"h": 1, "r": 1}, 0), ({"w": 1, "q": 1}, 0), ({"c": 1}, 0)]
+    check(got, reference(["n", "h", "w", "k"], [(x, subs), (f, [({v: 1}, 0) for v in "rqck"])],
+                         {"n": 2, "h": 5, "w": 4, "k": 4, "r": 3, "q": 3, "c": 3}))
+
+
+@pytest.mark.parametrize("fmt", ["ddd", "sss"])
+def test_conv3d_and_depthwise(fmt: str) -> None:
+    rng = np.random.default_rng(2)
+    x, f = random_array(rng, (6, 5, 7), 0.15), rng.standard_normal((2, 2, 3))
+    got = coiter.evaluate("O(d,h,w) = I(d+s,h+r,w+q) * F(s,r,q)", I=tensor(x, fmt), F=f)
+    subs = [({"d": 1, "s": 1}, 0), ({"h": 1, "r": 1}, 0), ({"w": 1, "q": 1}, 0)]
+    check(got, reference(["d", "h", "w"], [(x, subs), (f, [({v: 1}, 0) for v in "srq"])],
+                         {"d": 5, "h": 4, "w": 5, "s": 2, "r": 2, "q": 3}))
+    # depthwise: every channel with its own filter
+    x, f = random_array(rng, (3, 6, 6), 0.3), rng.standard_normal((3, 2, 2))
+    got = coiter.evaluate("O(c,h,w) = I(c,h+r,w+q) * F(c,r,q)", I=tensor(x, fmt), F=f)
+    subs = [({"c": 1}, 0), ({"h": 1, "r": 1}, 0), ({"w": 1, "q": 1}, 0)]
+    check(got, reference(["c", "h", "w"], [(x, subs), (f, [({v: 1}, 0) for v in "crq"])],
+                         {"c": 3, "h": 5, "w": 5, "r": 2, "q": 2}))
+
+
+@pytest.mark.parametrize("fmt", ["d", "s"])
+def test_full_convolution_with_a_negative_coefficient(fmt: str) -> None:
+    """``I(i-k+2)`` with padding: the full convolution (np.convolve's default mode)."""
+    rng = np.random.default_rng(3)
+    x, f = random_array(rng, (9,), 0.4), rng.standard_normal(3)
+    kern = coiter.compile("O(i) = I(i-k) * F(k)", {"I": fmt}, padding=True)
+    got = kern.run({"I": tensor(x, fmt), "F": f}, (11,))
+    check(got, np.convolve(x, f))
+
+
+@pytest.mark.parametrize("fmt", ["d", "s"])
+def test_union_with_a_compound_subscript(fmt: str) -> None:
+    """``A(i,j) = B(i) + C(i+j)``: B counts where C's subscript hits no stored entry."""
+    rng = np.random.default_rng(4)
+    b, c = random_array(rng, (5,), 0.5), random_array(rng, (9,), 0.4)
+    kern = coiter.compile("A(i,j) = B(i) + C(i+j)", {"B": fmt, "C": fmt})
+    got = kern.run({"B": tensor(b, fmt), "C": tensor(c, fmt)}, (5, 5))
+    check(got, b[:, None] + np.array([[c[i + j] for j in range(5)] for i in range(5)]))
+
+
+@pytest.mark.parametrize("op", ["max", "min", "sum"])
+@pytest.mark.parametrize("fmt", ["dd", "ds", "ss"])
+def test_pooling(op: str, fmt: str) -> None:
+    """2x2 pooling with stride 2 counts the window's implicit zeros, as NumPy's reduction
+    of the dense input does (the window's extent comes from the result's shape)."""
+    rng = np.random.default_rng(5)
+    x = random_array(rng, (8, 10), 0.3)
+    inner = f"{op}(q, X(2*h+r, 2*w+q))"
+    got = coiter.compile(f"P(h,w) = {op}(r, {inner})", {"X": fmt}).run({"X": tensor(x, fmt)}, (4, 5))
+    check(got, getattr(np, op)(x.reshape(4, 2, 5, 2), axis=(1, 3)))
+
+
+# --- shapes ---------------------------------------------------------------------------
+
+def test_output_extent_is_inferred_from_the_input() -> None:
+    rng = np.random.default_rng(6)
+    x, f = rng.random(10), rng.random(3)
+    got = coiter.evaluate("O(i) = I(2*i+k) * F(k)", I=x, F=f)  # (10 - 3) // 2 + 1 = 4 outputs
+    check(got, np.array([x[2 * i:2 * i + 3] @ f for i in range(4)]))
+    kern = coiter.compile("O(i) = I(i+k-1) * F(k)", padding=True)  # torch's padding=1: 10 outputs
+    check(kern(I=x, F=f), np.convolve(np.pad(x, 1), f[::-1], "valid"))
+
+
+def test_subscript_leaving_its_mode_is_a_shape_error() -> None:
+    kern = coiter.compile("O(i) = I(i+k) * F(k)")
+    with pytest.raises(ShapeError, match=r"subscript i\+k of I\(i\+k\) ranges over \[0, 10\]"):
+        kern.run({"I": np.ones(10), "F": np.ones(3)}, (9,))
+    with pytest.raises(ShapeError, match="no size"):
+        coiter.evaluate("O = I(i+k)", I=np.ones(4))
+
+
+def test_paper_running_example_visits_only_non_empty_windows() -> None:
+    """Liu et al. (OOPSLA 2024), Fig. 3: stored coordinates {2, 8, 9}, a filter of width 2.
+    A sparse result is appended at the offsets the loop visits: exactly {1, 2, 7, 8}."""
+    x = np.zeros(10)
+    x[[2, 8, 9]] = [1.0, 2.0, 3.0]
+    f = np.array([1.0, 10.0])
+    kern = coiter.compile("O(i) = I(i+k) * F(k)", {"I": "s", "O": "s"})
+    got = kern(I=tensor(x, "s"), F=f)
+    np.testing.assert_array_equal(got.storage.levels[0]["crd"], [1, 2, 7, 8])
+    check(got, np.convolve(x, f[::-1], "valid"))
+
+
+@given(n=st.integers(1, 30), k=st.integers(1, 4), stride=st.integers(1, 3), pad=st.integers(0, 2),
+       density=st.sampled_from([0.0, 0.1, 0.5]), seed=st.integers(0, 99))
+def test_sparse_result_walks_windows(n, k, stride, pad, density, seed) -> None:
+    """A sparse result: the loop over the output walks the input's non-empty windows."""
+    out = conv1d_sizes(n, k, stride, 1, pad)
+    if out < 1:
+        return
+    rng = np.random.default_rng(seed)
+    x, f = random_array(rng, (n,), density), rng.standard_normal(k)
+    kern = coiter.compile(f"O(i) = I({stride}*i+k-{pad}) * F(k)", {"I": "s", "O": "s"},
+                          padding=pad > 0)
+    got = kern(I=tensor(x, "s"), F=f)
+    expected = reference(["i"], [(x, [({"i": stride, "k": 1}, -pad)]), (f, [({"k": 1}, 0)])],
+                         {"i": out, "k": k})
+    check(got, expected)
+    # no stored entry without an input in its window
+    windows = [any(0 <= stride * i - pad + j < n and x[stride * i - pad + j] != 0 for j in range(k))
+               for i in range(out)]
+    assert got.nnz == sum(windows)
+
+
+@pytest.mark.parametrize("fmt", ["ss", "ds"])
+def test_sparse_2d_result(fmt: str) -> None:
+    rng = np.random.default_rng(8)
+    x, f = random_array(rng, (12, 11), 0.05), rng.standard_normal((3, 3))
+    kern = coiter.compile("O(h,w) = I(h+r,w+q) * F(r,q)", {"I": fmt, "O": fmt})
+    got = kern(I=tensor(x, fmt), F=f)
+    check(got, reference(["h", "w"], [(x, [({"h": 1, "r": 1}, 0), ({"w": 1, "q": 1}, 0)]),
+                                      (f, [({"r": 1}, 0), ({"q": 1}, 0)])],
+                         {"h": 10, "w": 9, "r": 3, "q": 3}))
+
+
+def test_every_variable_walked_is_refused() -> None:
+    with pytest.raises(FormatError, match="drives a sparse loop"):
+        coiter.compile("O(i) = I(i+k) * F(k) * G(i)", {"I": "s", "F": "s", "G": "s"}).concrete
+
+
+def test_generated_code_scatters_stored_inputs() -> None:
+    """A sparse input's loop walks its stored coordinates and computes the output's."""
+    src = coiter.compile("O(i) = B(i+k) * F(k)", {"B": "s"}).source
+    assert "int64_t ik = B1_crd[pB1];" in src and "int64_t i = ik - k;" in src
+
+
+def test_pooling_window_is_cut_by_binary_search() -> None:
+    src = coiter.compile("P(h,w) = max(r, max(q, X(2*h+r, 2*w+q)))", {"X": "ds"}).source
+    assert "pX2_first" in src and "q_extent" in src
+
+
+@pytest.mark.parametrize("fmt", ["".join(p) for p in itertools.product("ds", repeat=2)])
+def test_shared_subscript_co_iterates(fmt: str) -> None:
+    """Two operands read at the same compound subscript share its variable."""
+    rng = np.random.default_rng(7)
+    a, b = random_array(rng, (9,), 0.5), random_array(rng, (9,), 0.5)
+    kern = coiter.compile("O(i,j) = A(i+j) * B(i+j)", {"A": fmt[0], "B": fmt[1]})
+    got = kern.run({"A": tensor(a, fmt[0]), "B": tensor(b, fmt[1])}, (5, 5))
+    check(got, np.array([[a[i + j] * b[i + j] for j in range(5)] for i in range(5)]))
