@@ -100,6 +100,7 @@ def compile(
     workspace: str = "auto",
     workspace_memory: int | None = None,
     padding: bool = False,
+    extents: Mapping[str, int] | None = None,
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
@@ -120,6 +121,8 @@ def compile(
     (default: ``COITER_WORKSPACE_MEMORY``, else a quarter of the machine's memory).
     ``padding=True`` lets compound subscripts (``I(i+k-1)``) read outside their operand's
     mode, where it is zero (torch's zero padding); otherwise that is a ShapeError.
+    ``extents`` sizes index variables by name (``{"r": 2}``: a pooling window no operand
+    sizes); operands and the result must agree with them.
     """
     a, aliases = _prepare(_as_assignment(assignment))
     if formats is not None and not isinstance(formats, Mapping):
@@ -145,12 +148,18 @@ def compile(
         raise ArgumentError(f"fast_math must be True or False, got {fast_math!r}")
     if not isinstance(padding, bool):
         raise ArgumentError(f"padding must be True or False, got {padding!r}")
+    names = {v.name for x in [a.lhs, *accesses(a.rhs)] for v in x.index_vars}
+    for name, size in (extents or {}).items():
+        if name not in names:
+            raise ArgumentError(f"extents: {name!r} is no index variable of {a}")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ArgumentError(f"extents: the size of {name} must be a non-negative int, got {size!r}")
     if workspace_memory is not None and (isinstance(workspace_memory, bool) or not isinstance(
             workspace_memory, int) or workspace_memory < 0):
         raise ArgumentError(f"workspace_memory must be a number of bytes (a non-negative int), "
                             f"got {workspace_memory!r}")
     kernel = Kernel(StorageKernel(a, fmts, check_dtype(dtype or np.float64), aliases, commands, target,
-                                  fast_math, workspace, workspace_memory, padding))
+                                  fast_math, workspace, workspace_memory, padding, extents))
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel

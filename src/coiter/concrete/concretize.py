@@ -248,7 +248,9 @@ def concretize(
         decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp", reducer=t.op)
 
     # --- whole-RHS reduction: temporary (gather) or accumulation (scatter) ------------------
-    accumulate = False
+    # a result variable computed from loops (a transposed convolution's O(2*i+k)) takes
+    # several iterations' values: they add up
+    accumulate = any(s.var in free for s in lp.solved)
     env = Env(relations=plan.relations + lp.solved)
     if top_reduced:
         if not any(f in derived for f in free) and all(

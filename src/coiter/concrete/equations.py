@@ -55,6 +55,9 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
     for eq in equations:
         sub = eq.subscript
         if not _walked(eq.var, operands, formats):
+            if _appended(lhs, formats[lhs.tensor], eq.var):
+                raise FormatError(f"{eq.where}: the result is written at {sub}, computed "
+                                  "from the loops in no order; store the result densely")
             out.append(Solved(eq.var, sub.terms, sub.const, 1, checked))
             taken.add(eq.var)
             continue

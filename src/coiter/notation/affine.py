@@ -53,6 +53,8 @@ def trivialize(a: Assignment) -> tuple[Assignment, tuple[Equation, ...]]:
     co-iterates both operands on it). Call after reductions are explicit: the fresh
     variables are neither summed nor results."""
     taken = {v.name for v in index_vars_of(a.rhs)} | {v.name for v in a.lhs.index_vars}
+    # the result's compound subscripts (a transposed convolution's O(2*x+r)) scatter: its
+    # variables are results too, summed by no Reduction
     fresh: dict[Affine, IndexVar] = {}
     equations: list[Equation] = []
 
@@ -74,7 +76,8 @@ def trivialize(a: Assignment) -> tuple[Assignment, tuple[Equation, ...]]:
         subs = tuple(s if isinstance(s, IndexVar) else name(s, x) for s in x.indices)
         return Access(x.tensor, subs, x.source)
 
-    return Assignment(a.lhs, map_accesses(a.rhs, plain), a.accumulate), tuple(equations)
+    rhs = map_accesses(a.rhs, plain)
+    return Assignment(plain(a.lhs), rhs, a.accumulate), tuple(equations)
 
 
 def subscript_range(sub: Affine, extents: Mapping[IndexVar, int]) -> tuple[int, int]:

@@ -48,6 +48,7 @@ from coiter.notation.ast import (
     Literal,
     Subscript,
     affine,
+    subscript_vars,
     Mul,
     Neg,
     Number,
@@ -181,10 +182,6 @@ class _Parser:
         if self.peek.kind != "name":
             raise self.expected("the result tensor name")
         lhs, lhs_index_tokens = self.access(self.advance())
-        for token, sub in zip(lhs_index_tokens, lhs.indices):
-            if not isinstance(sub, IndexVar):
-                raise self.error(f"the result's subscript {sub} is compound; the result takes "
-                                 "index variables only", token.column)
         self.result_names = {v.name for v in lhs.index_vars}
         if not self.peek.is_op("=", "+="):
             raise self.expected(f"'=' or '+=' after the result access {lhs}")
@@ -194,8 +191,8 @@ class _Parser:
             raise self.error("unmatched ')'", self.peek.column)
         if self.peek.kind != "end":
             raise self.expected("an operator or end of input")
-        rhs = _coordinates(rhs, set(lhs.indices))
-        self.check_result_indices(lhs_index_tokens, rhs)
+        rhs = _coordinates(rhs, set(lhs.index_vars))
+        self.check_result_indices(lhs, lhs_index_tokens, rhs)
         return Assignment(lhs, rhs, accumulate)
 
     def expr(self) -> Expr:
@@ -397,7 +394,7 @@ class _Parser:
                 name.column,
             )
 
-    def check_result_indices(self, lhs_index_tokens: list[_Token], rhs: Expr) -> None:
+    def check_result_indices(self, lhs: Access, lhs_index_tokens: list[_Token], rhs: Expr) -> None:
         """Every result index must be used on the right, unless the right is tensor-free.
 
         A tensor-free right-hand side (``A(i,j) = 0``) is a fill: its value is
@@ -406,12 +403,13 @@ class _Parser:
         if not accesses(rhs):
             return
         used = set(index_vars_of(rhs))
-        for token in lhs_index_tokens:
-            if IndexVar(token.text) not in used:
-                raise self.error(
-                    f"index variable {token.text} of the result does not appear on the right-hand side",
-                    token.column,
-                )
+        for token, sub in zip(lhs_index_tokens, lhs.indices):
+            for v in subscript_vars(sub):
+                if v not in used:
+                    raise self.error(
+                        f"index variable {v} of the result does not appear on the right-hand side",
+                        token.column,
+                    )
 
 
 def _coordinates(e: Expr, more: set[IndexVar]) -> Expr:

@@ -30,7 +30,7 @@ def reduction_vars(a: Assignment) -> list[IndexVar]:
     These are the variables of the right-hand side that the result does not
     have, whether or not their ``Reduction`` nodes have been inserted yet.
     """
-    result = set(a.lhs.indices)
+    result = set(a.lhs.index_vars)
     return [v for v in index_vars_of(a.rhs) if v not in result]
 
 
@@ -41,7 +41,7 @@ def insert_reductions(a: Assignment) -> Assignment:
     appearance, the first outermost. Variables already bound by a ``Reduction``
     in ``a`` are left as they are, so the function is idempotent.
     """
-    result = set(a.lhs.indices)
+    result = set(a.lhs.index_vars)
     pending = [v for v in _free_vars_in_order(a.rhs) if v not in result]
     return Assignment(a.lhs, _place(a.rhs, pending), a.accumulate)
 

@@ -134,6 +134,7 @@ class StorageKernel:
         workspace: str = AUTO,
         workspace_memory: int | None = None,
         padding: bool = False,
+        extents: Mapping[str, int] | None = None,
     ) -> None:
         if workspace not in (AUTO, *policy_names()):
             raise FormatError(f"unknown workspace {workspace!r}: choose one of "
@@ -143,6 +144,8 @@ class StorageKernel:
         # with ``padding`` they may read outside their mode, where the operand is zero
         self.plain, self.equations = trivialize(insert_reductions(assignment))
         self.padding = padding
+        # sizes of index variables given by name (a pooling window's, which no operand has)
+        self.extents = {IndexVar(n): int(e) for n, e in (extents or {}).items()}
         # the workspace of a scattered result: "auto" (chosen per call), "dense" or a
         # sparse policy; dense ones never take more than workspace_memory bytes
         self.workspace = workspace
@@ -246,7 +249,7 @@ class StorageKernel:
         checked = self.workspace in (AUTO, DENSE) or self.scheduled_workspace() == DENSE
         if decl is None or decl.policy is not None or not checked:
             return None
-        mode = self.assignment.lhs.indices.index(decl.modes[0])
+        mode = self.plain.lhs.indices.index(decl.modes[0])
         return mode, memory_cap(self.workspace_memory) // row_entry_bytes(decl)
 
     def variant(self, prog: ConcreteProgram, itypes: Mapping[str, np.dtype], mode: str,
@@ -298,9 +301,9 @@ class StorageKernel:
     def dims(self, shapes: Mapping[str, tuple[int, ...]],
              result_shape: tuple[int, ...] | None = None) -> dict[IndexVar, int]:
         """The extent of every index variable; ShapeError naming the culprit on a mismatch."""
-        dims: dict[IndexVar, int] = {}
-        where: dict[IndexVar, str] = {}
-        lhs = self.assignment.lhs.indices
+        dims: dict[IndexVar, int] = dict(self.extents)
+        where: dict[IndexVar, str] = {v: "extents" for v in self.extents}
+        lhs = self.plain.lhs.indices
         if result_shape is not None:
             if len(result_shape) != len(lhs):
                 raise ShapeError(f"result shape {tuple(result_shape)} has {len(result_shape)} modes, "
@@ -341,6 +344,8 @@ class StorageKernel:
                 raise ShapeError(f"index variable {missing[0][1]} of {eq.where} has no size: "
                                  "give it a plain subscript somewhere (or the result's shape)")
         for eq in self.equations:
+            if eq.var not in dims:  # the result's compound subscript: its whole range
+                dims[eq.var] = subscript_range(eq.subscript, dims)[1] + 1
             lo, hi = subscript_range(eq.subscript, dims)
             if not self.padding and any(dims[v] for v in eq.subscript.vars) and (
                     lo < 0 or hi >= dims[eq.var]):
@@ -364,10 +369,11 @@ class StorageKernel:
                 lambda: StorageKernel(self.assignment, self.formats, self.dtype, self.aliases,
                                       fast_math=self.fast_math, workspace=self.workspace,
                                       workspace_memory=self.workspace_memory,
-                                      padding=self.padding).run(
+                                      padding=self.padding,
+                                      extents={v.name: e for v, e in self.extents.items()}).run(
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
-        rshape = tuple(dims[v] for v in self.assignment.lhs.indices)
+        rshape = tuple(dims[v] for v in self.plain.lhs.indices)
         _check_dense_positions(self.result, self.formats[self.result], rshape)
         prog = self.program(dtypes, commands)
         workspace = self.workspace_for(prog, dims, rshape, storages)

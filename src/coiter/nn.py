@@ -1,0 +1,293 @@
+"""Convolutions and pooling called the way ``torch.nn.functional`` calls them, on sparse
+or dense inputs.
+
+Each function writes the index expression with compound subscripts
+(docs/convolutions.md), compiles it for the operands' formats (cached) and runs it:
+``conv2d(x, w, stride=2, padding=1)`` computes
+``O(n,k,h,w) = I(n,c,2*h+r-1,2*w+q-1) * F(k,c,r,q)``. Inputs are NumPy arrays or
+:class:`coiter.Tensor` in any format (a sparse input costs time proportional to its
+stored entries); filters likewise. Layouts are torch's (``N, C, spatial...``; weights
+``K, C/groups, taps...``) unless ``channels_last=True`` (``N, spatial..., C``). Results
+are dense unless ``out_format`` names a sparse format.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+
+from .api import compile as compile_kernel
+from .errors import ArgumentError, ShapeError
+from .formats.format import FormatLike, as_format
+from .kernel import Kernel
+from .operands import as_tensor
+from .tensor import Tensor
+
+__all__ = [
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+]
+
+_SPATIAL = ("x", "y", "z")  # output coordinates of spatial modes
+_TAPS = ("r", "q", "s")  # filter taps of spatial modes
+
+
+def _tuple(value: int | Sequence[int], dims: int, what: str, least: int) -> tuple[int, ...]:
+    values = (value,) * dims if isinstance(value, (int, np.integer)) and not isinstance(value, bool) \
+        else tuple(value)
+    if len(values) != dims or any(isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                                  or v < least for v in values):
+        raise ArgumentError(f"{what} must be an int >= {least} or {dims} of them, got {value!r}")
+    return tuple(int(v) for v in values)
+
+
+def _affine(terms: Sequence[tuple[int, str]], const: int = 0) -> str:
+    """``2*x+r-1`` from ``[(2, "x"), (1, "r")]`` and -1 (coefficient-0 terms dropped)."""
+    out = ""
+    for c, v in terms:
+        if c:
+            out += ("+" if out else "") + (v if c == 1 else f"{c}*{v}")
+    return out + (f"{const:+d}" if const else "")
+
+
+def _access(name: str, batch: str, channel: str, spatial: list[str], channels_last: bool) -> str:
+    modes = [batch, *spatial, channel] if channels_last else [batch, channel, *spatial]
+    return f"{name}({','.join(modes)})"
+
+
+@lru_cache(maxsize=256)
+def _kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
+            extents: tuple[tuple[str, int], ...]) -> Kernel:
+    return compile_kernel(text, dict(formats), padding=padding, extents=dict(extents))
+
+
+def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
+         out_format: FormatLike | None, padding: bool, extents: dict[str, int],
+         threads: int | None) -> Tensor:
+    formats = {n: t.format.to_string() for n, t in operands.items()}
+    if out_format is not None:
+        formats["O"] = as_format(out_format, len(out_shape)).to_string()
+    kernel = _kernel(text, tuple(sorted(formats.items())), padding, tuple(sorted(extents.items())))
+    return kernel.run(operands, out_shape, threads)
+
+
+def _with_bias(out: Tensor, bias: Any, channels: int, dims: int, channels_last: bool) -> Tensor:
+    if bias is None:
+        return out
+    b = np.asarray(bias.to_numpy() if isinstance(bias, Tensor) else bias)
+    if b.shape != (channels,):
+        raise ShapeError(f"bias has shape {b.shape}, the result has {channels} channels")
+    if not out.format.is_dense:
+        raise ArgumentError("a bias makes every output nonzero: ask for a dense result")
+    shape = (channels,) if channels_last else (channels,) + (1,) * dims
+    return Tensor.from_numpy(out.to_numpy() + b.reshape(shape), name=out.name)
+
+
+def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
+          dilation: Any, groups: int, channels_last: bool, out_format: FormatLike | None,
+          threads: int | None) -> Tensor:
+    I, F = as_tensor(input, name="I"), as_tensor(weight, name="F")
+    if I.order != dims + 2 or F.order != dims + 2:
+        raise ShapeError(f"conv{dims}d takes an input and a weight of order {dims + 2}, got "
+                         f"{I.order} and {F.order}")
+    s, p, d = (_tuple(v, dims, w, lo) for v, w, lo in
+               ((stride, "stride", 1), (padding, "padding", 0), (dilation, "dilation", 1)))
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
+    n, channels = I.shape[0], I.shape[-1] if channels_last else I.shape[1]
+    spatial = I.shape[1:-1] if channels_last else I.shape[2:]
+    k_out, cg, taps = F.shape[0], F.shape[1], F.shape[2:]
+    if channels % groups or k_out % groups or cg * groups != channels:
+        raise ShapeError(f"{channels} input channels and {k_out} filters in {groups} groups need a "
+                         f"weight of shape ({k_out}, {channels // groups}, ...), got {F.shape}")
+    kg = k_out // groups
+    sizes = [(spatial[m] + 2 * p[m] - d[m] * (taps[m] - 1) - 1) // s[m] + 1 for m in range(dims)]
+    if any(o < 1 for o in sizes):
+        raise ShapeError(f"conv{dims}d: the input's spatial shape {tuple(spatial)} is smaller "
+                         f"than the dilated filter {tuple(taps)} with padding {p}")
+    out_vars, tap_vars = list(_SPATIAL[:dims]), list(_TAPS[:dims])
+    reads = [_affine([(s[m], out_vars[m]), (d[m], tap_vars[m])], -p[m]) for m in range(dims)]
+    grouped = groups > 1
+    chan_in = _affine([(cg, "g"), (1, "c")]) if grouped else "c"
+    chan_out = _affine([(kg, "g"), (1, "k")]) if grouped else "k"
+    text = (f"{_access('O', 'n', chan_out, out_vars, channels_last)} = "
+            f"{_access('I', 'n', chan_in, reads, channels_last)} * "
+            f"F({chan_out},c,{','.join(tap_vars)})")
+    extents = {"g": groups, "k": kg} if grouped else {}
+    out_shape = (n, *sizes, k_out) if channels_last else (n, k_out, *sizes)
+    out = _run(text, {"I": I, "F": F}, out_shape, out_format, any(p), extents, threads)
+    return _with_bias(out, bias, k_out, dims, channels_last)
+
+
+def _conv_transpose(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
+                    output_padding: Any, groups: int, dilation: Any, channels_last: bool,
+                    out_format: FormatLike | None, threads: int | None) -> Tensor:
+    I, F = as_tensor(input, name="I"), as_tensor(weight, name="F")
+    if I.order != dims + 2 or F.order != dims + 2:
+        raise ShapeError(f"conv_transpose{dims}d takes an input and a weight of order {dims + 2}, "
+                         f"got {I.order} and {F.order}")
+    s, p, d, op = (_tuple(v, dims, w, lo) for v, w, lo in
+                   ((stride, "stride", 1), (padding, "padding", 0), (dilation, "dilation", 1),
+                    (output_padding, "output_padding", 0)))
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
+    n, channels = I.shape[0], I.shape[-1] if channels_last else I.shape[1]
+    spatial = I.shape[1:-1] if channels_last else I.shape[2:]
+    c_in, kg, taps = F.shape[0], F.shape[1], F.shape[2:]
+    if c_in != channels or channels % groups:
+        raise ShapeError(f"{channels} input channels in {groups} groups need a weight of shape "
+                         f"({channels}, out_channels / groups, ...), got {F.shape}")
+    cg = channels // groups
+    sizes = [(spatial[m] - 1) * s[m] - 2 * p[m] + d[m] * (taps[m] - 1) + op[m] + 1
+             for m in range(dims)]
+    if any(o < 1 for o in sizes) or any(op[m] >= max(s[m], d[m]) for m in range(dims)):
+        raise ShapeError(f"conv_transpose{dims}d: output sizes {sizes} (output_padding must be "
+                         "smaller than the stride or the dilation)")
+    in_vars, tap_vars = list(_SPATIAL[:dims]), list(_TAPS[:dims])
+    writes = [_affine([(s[m], in_vars[m]), (d[m], tap_vars[m])], -p[m]) for m in range(dims)]
+    grouped = groups > 1
+    chan_in = _affine([(cg, "g"), (1, "c")]) if grouped else "c"
+    chan_out = _affine([(kg, "g"), (1, "k")]) if grouped else "k"
+    text = (f"{_access('O', 'n', chan_out, writes, channels_last)} = "
+            f"{_access('I', 'n', chan_in, in_vars, channels_last)} * "
+            f"F({chan_in},k,{','.join(tap_vars)})")
+    extents = {"g": groups, "c": cg} if grouped else {}
+    k_out = kg * groups
+    out_shape = (n, *sizes, k_out) if channels_last else (n, k_out, *sizes)
+    out = _run(text, {"I": I, "F": F}, out_shape, out_format, True, extents, threads)
+    return _with_bias(out, bias, k_out, dims, channels_last)
+
+
+def _pool(dims: int, op: str, input: Any, kernel_size: Any, stride: Any, padding: Any,
+          dilation: Any, channels_last: bool, out_format: FormatLike | None,
+          threads: int | None) -> Tensor:
+    I = as_tensor(input, name="I")
+    if I.order != dims + 2:
+        raise ShapeError(f"{op}_pool{dims}d takes an input of order {dims + 2}, got {I.order}")
+    taps = _tuple(kernel_size, dims, "kernel_size", 1)
+    s = taps if stride is None else _tuple(stride, dims, "stride", 1)
+    p, d = _tuple(padding, dims, "padding", 0), _tuple(dilation, dims, "dilation", 1)
+    if any(2 * p[m] > taps[m] for m in range(dims)):
+        raise ArgumentError(f"padding {p} must be at most half the kernel size {taps}")
+    spatial = I.shape[1:-1] if channels_last else I.shape[2:]
+    sizes = [(spatial[m] + 2 * p[m] - d[m] * (taps[m] - 1) - 1) // s[m] + 1 for m in range(dims)]
+    if any(o < 1 for o in sizes):
+        raise ShapeError(f"{op}_pool{dims}d: the input's spatial shape {tuple(spatial)} is "
+                         f"smaller than the window {taps}")
+    out_vars, tap_vars = list(_SPATIAL[:dims]), list(_TAPS[:dims])
+    reads = [_affine([(s[m], out_vars[m]), (d[m], tap_vars[m])], -p[m]) for m in range(dims)]
+    body = _access("I", "n", "c", reads, channels_last)
+    if op == "max":
+        for t in reversed(tap_vars):
+            body = f"max({t}, {body})"
+    else:  # torch's count_include_pad: the window's size divides, padding included
+        body = f"{body} * {1.0 / float(np.prod(taps))!r}"
+    text = f"{_access('O', 'n', 'c', out_vars, channels_last)} = {body}"
+    n, channels = I.shape[0], I.shape[-1] if channels_last else I.shape[1]
+    out_shape = (n, *sizes, channels) if channels_last else (n, channels, *sizes)
+    return _run(text, {"I": I}, out_shape, out_format, any(p), dict(zip(tap_vars, taps)), threads)
+
+
+def _conv_doc(dims: int) -> str:
+    return (f"torch.nn.functional.conv{dims}d on coiter operands: ``input`` "
+            f"(N, C, {dims} spatial) and ``weight`` (K, C/groups, {dims} taps), or channels last.")
+
+
+def conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1, *, channels_last: bool = False,
+           out_format: FormatLike | None = None, threads: int | None = None) -> Tensor:
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups, channels_last,
+                 out_format, threads)
+
+
+def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1, *, channels_last: bool = False,
+           out_format: FormatLike | None = None, threads: int | None = None) -> Tensor:
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups, channels_last,
+                 out_format, threads)
+
+
+def conv3d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1, *, channels_last: bool = False,
+           out_format: FormatLike | None = None, threads: int | None = None) -> Tensor:
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups, channels_last,
+                 out_format, threads)
+
+
+conv1d.__doc__, conv2d.__doc__, conv3d.__doc__ = (_conv_doc(n) for n in (1, 2, 3))
+
+
+def conv_transpose1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1, *,
+                     channels_last: bool = False, out_format: FormatLike | None = None,
+                     threads: int | None = None) -> Tensor:
+    """torch.nn.functional.conv_transpose1d: weight (C, K/groups, taps)."""
+    return _conv_transpose(1, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation, channels_last, out_format, threads)
+
+
+def conv_transpose2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1, *,
+                     channels_last: bool = False, out_format: FormatLike | None = None,
+                     threads: int | None = None) -> Tensor:
+    """torch.nn.functional.conv_transpose2d: weight (C, K/groups, taps)."""
+    return _conv_transpose(2, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation, channels_last, out_format, threads)
+
+
+def conv_transpose3d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1, *,
+                     channels_last: bool = False, out_format: FormatLike | None = None,
+                     threads: int | None = None) -> Tensor:
+    """torch.nn.functional.conv_transpose3d: weight (C, K/groups, taps)."""
+    return _conv_transpose(3, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation, channels_last, out_format, threads)
+
+
+def max_pool1d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               *, channels_last: bool = False, out_format: FormatLike | None = None,
+               threads: int | None = None) -> Tensor:
+    """torch.nn.functional.max_pool1d (implicit zeros count; padding never wins)."""
+    return _pool(1, "max", input, kernel_size, stride, padding, dilation, channels_last,
+                 out_format, threads)
+
+
+def max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               *, channels_last: bool = False, out_format: FormatLike | None = None,
+               threads: int | None = None) -> Tensor:
+    """torch.nn.functional.max_pool2d (implicit zeros count; padding never wins)."""
+    return _pool(2, "max", input, kernel_size, stride, padding, dilation, channels_last,
+                 out_format, threads)
+
+
+def max_pool3d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               *, channels_last: bool = False, out_format: FormatLike | None = None,
+               threads: int | None = None) -> Tensor:
+    """torch.nn.functional.max_pool3d (implicit zeros count; padding never wins)."""
+    return _pool(3, "max", input, kernel_size, stride, padding, dilation, channels_last,
+                 out_format, threads)
+
+
+def avg_pool1d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, *,
+               channels_last: bool = False, out_format: FormatLike | None = None,
+               threads: int | None = None) -> Tensor:
+    """torch.nn.functional.avg_pool1d (count_include_pad=True)."""
+    return _pool(1, "avg", input, kernel_size, stride, padding, 1, channels_last, out_format,
+                 threads)
+
+
+def avg_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, *,
+               channels_last: bool = False, out_format: FormatLike | None = None,
+               threads: int | None = None) -> Tensor:
+    """torch.nn.functional.avg_pool2d (count_include_pad=True)."""
+    return _pool(2, "avg", input, kernel_size, stride, padding, 1, channels_last, out_format,
+                 threads)
+
+
+def avg_pool3d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, *,
+               channels_last: bool = False, out_format: FormatLike | None = None,
+               threads: int | None = None) -> Tensor:
+    """torch.nn.functional.avg_pool3d (count_include_pad=True)."""
+    return _pool(3, "avg", input, kernel_size, stride, padding, 1, channels_last, out_format,
+                 threads)

@@ -1,0 +1,181 @@
+"""coiter.nn against NumPy implementations of torch.nn.functional's convolutions and pooling
+(torch's semantics: zero padding for convolutions, padding that never wins a max, average
+pools dividing by the whole window), on sparse inputs in several formats."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import coiter.nn as nn
+from coiter.errors import ArgumentError, ShapeError
+
+from helpers import check, random_array, tensor
+
+
+def _taps(taps: tuple[int, ...]):
+    return itertools.product(*[range(t) for t in taps])
+
+
+def _window(m: int, tap: int, s: int, d: int, size: int) -> slice:
+    return slice(d * tap, d * tap + s * (size - 1) + 1, s)
+
+
+def np_conv(x, w, stride, padding, dilation, groups):
+    """torch.nn.functional.conv{n}d: x (N, C, *spatial), w (K, C/groups, *taps)."""
+    dims = x.ndim - 2
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    cg, kg, taps = x.shape[1] // groups, w.shape[0] // groups, w.shape[2:]
+    sizes = [(xp.shape[2 + m] - dilation[m] * (taps[m] - 1) - 1) // stride[m] + 1 for m in range(dims)]
+    out = np.zeros((x.shape[0], w.shape[0], *sizes))
+    for tap in _taps(taps):
+        patch = xp[(slice(None), slice(None)) + tuple(
+            _window(m, tap[m], stride[m], dilation[m], sizes[m]) for m in range(dims))]
+        for g in range(groups):
+            out[:, g * kg:(g + 1) * kg] += np.einsum(
+                "nc...,kc->nk...", patch[:, g * cg:(g + 1) * cg], w[(slice(g * kg, (g + 1) * kg), slice(None), *tap)])
+    return out
+
+
+def np_conv_transpose(x, w, stride, padding, output_padding, groups, dilation):
+    """torch.nn.functional.conv_transpose{n}d: w (C, K/groups, *taps)."""
+    dims = x.ndim - 2
+    cg, kg, taps = x.shape[1] // groups, w.shape[1], w.shape[2:]
+    lengths = x.shape[2:]
+    full = [(lengths[m] - 1) * stride[m] + dilation[m] * (taps[m] - 1) + 1 + output_padding[m]
+            for m in range(dims)]
+    out = np.zeros((x.shape[0], kg * groups, *full))
+    for tap in _taps(taps):
+        where = (slice(None), slice(None)) + tuple(
+            _window(m, tap[m], stride[m], dilation[m], lengths[m]) for m in range(dims))
+        for g in range(groups):
+            part = np.einsum("nc...,ck->nk...", x[:, g * cg:(g + 1) * cg],
+                             w[(slice(g * cg, (g + 1) * cg), slice(None), *tap)])
+            out[where][:, g * kg:(g + 1) * kg] += part
+    sizes = [full[m] - 2 * padding[m] for m in range(dims)]
+    return out[(slice(None), slice(None)) + tuple(slice(padding[m], padding[m] + sizes[m])
+                                                  for m in range(dims))]
+
+
+def np_pool(x, op, taps, stride, padding, dilation):
+    dims = x.ndim - 2
+    fill = -np.inf if op == "max" else 0.0
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding], constant_values=fill)
+    sizes = [(xp.shape[2 + m] - dilation[m] * (taps[m] - 1) - 1) // stride[m] + 1 for m in range(dims)]
+    patches = [xp[(slice(None), slice(None)) + tuple(
+        _window(m, tap[m], stride[m], dilation[m], sizes[m]) for m in range(dims))] for tap in _taps(taps)]
+    return np.max(patches, axis=0) if op == "max" else np.sum(patches, axis=0) / np.prod(taps)
+
+
+FORMATS = {1: ["ddd", "dds", "sss", "coo"], 2: ["dddd", "dsss", "ssss", "coo"],
+           3: ["ddddd", "dssss", "coo"]}
+
+
+@settings(max_examples=25)
+@given(dims=st.integers(1, 3), data=st.data(), seed=st.integers(0, 99))
+def test_conv(dims, data, seed) -> None:
+    rng = np.random.default_rng(seed)
+    groups = data.draw(st.sampled_from([1, 2]))
+    c, k = 2 * groups, 2 * groups
+    taps = tuple(data.draw(st.integers(1, 3)) for _ in range(dims))
+    stride = tuple(data.draw(st.integers(1, 2)) for _ in range(dims))
+    dilation = tuple(data.draw(st.integers(1, 2)) for _ in range(dims))
+    padding = tuple(data.draw(st.integers(0, 1)) for _ in range(dims))
+    spatial = tuple(data.draw(st.integers(dilation[m] * (taps[m] - 1) + 1, 7)) for m in range(dims))
+    fmt = data.draw(st.sampled_from(FORMATS[dims]))
+    x = random_array(rng, (2, c, *spatial), data.draw(st.sampled_from([0.05, 0.3, 1.0])))
+    w = rng.standard_normal((k, c // groups, *taps))
+    conv = (nn.conv1d, nn.conv2d, nn.conv3d)[dims - 1]
+    got = conv(tensor(x, fmt), w, None, stride, padding, dilation, groups)
+    check(got, np_conv(x, w, stride, padding, dilation, groups))
+
+
+@settings(max_examples=20)
+@given(dims=st.integers(1, 2), data=st.data(), seed=st.integers(0, 99))
+def test_conv_transpose(dims, data, seed) -> None:
+    rng = np.random.default_rng(seed)
+    groups = data.draw(st.sampled_from([1, 2]))
+    taps = tuple(data.draw(st.integers(1, 3)) for _ in range(dims))
+    stride = tuple(data.draw(st.integers(1, 2)) for _ in range(dims))
+    dilation = tuple(data.draw(st.integers(1, 2)) for _ in range(dims))
+    padding = tuple(data.draw(st.integers(0, 1)) for _ in range(dims))
+    output_padding = tuple(data.draw(st.integers(0, max(stride[m], dilation[m]) - 1))
+                           for m in range(dims))
+    spatial = tuple(data.draw(st.integers(2, 6)) for _ in range(dims))
+    if any((spatial[m] - 1) * stride[m] - 2 * padding[m] + dilation[m] * (taps[m] - 1)
+           + output_padding[m] + 1 < 1 for m in range(dims)):
+        return  # torch has no such output either
+    fmt = data.draw(st.sampled_from(FORMATS[dims]))
+    x = random_array(rng, (1, 2 * groups, *spatial), 0.4)
+    w = rng.standard_normal((2 * groups, 3, *taps))
+    conv = (nn.conv_transpose1d, nn.conv_transpose2d)[dims - 1]
+    got = conv(tensor(x, fmt), w, None, stride, padding, output_padding, groups, dilation)
+    check(got, np_conv_transpose(x, w, stride, padding, output_padding, groups, dilation))
+
+
+@settings(max_examples=25)
+@given(op=st.sampled_from(["max", "avg"]), dims=st.integers(1, 3), data=st.data(),
+       seed=st.integers(0, 99))
+def test_pool(op, dims, data, seed) -> None:
+    rng = np.random.default_rng(seed)
+    taps = tuple(data.draw(st.integers(1, 3)) for _ in range(dims))
+    stride = tuple(data.draw(st.integers(1, 3)) for _ in range(dims))
+    padding = tuple(data.draw(st.integers(0, taps[m] // 2)) for m in range(dims))
+    dilation = tuple(data.draw(st.integers(1, 2)) for _ in range(dims)) if op == "max" else (1,) * dims
+    spatial = tuple(data.draw(st.integers(dilation[m] * (taps[m] - 1) + 1, 7)) for m in range(dims))
+    fmt = data.draw(st.sampled_from(FORMATS[dims]))
+    x = random_array(rng, (1, 2, *spatial), data.draw(st.sampled_from([0.1, 0.5])))
+    if op == "max":
+        got = (nn.max_pool1d, nn.max_pool2d, nn.max_pool3d)[dims - 1](
+            tensor(x, fmt), taps, stride, padding, dilation)
+    else:
+        got = (nn.avg_pool1d, nn.avg_pool2d, nn.avg_pool3d)[dims - 1](tensor(x, fmt), taps, stride, padding)
+    check(got, np_pool(x, op, taps, stride, padding, dilation))
+
+
+def test_channels_last_bias_and_sparse_result() -> None:
+    rng = np.random.default_rng(1)
+    x = random_array(rng, (1, 3, 9, 8), 0.1)
+    w, b = rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)
+    ref = np_conv(x, w, (1, 1), (1, 1), (1, 1), 1)
+    last = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    got = nn.conv2d(tensor(last, "dssd"), w, b, padding=1, channels_last=True)
+    check(got, (ref + b[:, None, None]).transpose(0, 2, 3, 1))
+    # a sparse result: only outputs whose window holds an input are stored
+    got = nn.conv2d(tensor(x, "dsss"), w, out_format="dsss")
+    check(got, np_conv(x, w, (1, 1), (0, 0), (1, 1), 1))
+    assert not got.format.is_dense
+    with pytest.raises(ArgumentError, match="bias"):
+        nn.conv2d(tensor(x, "dsss"), w, b, out_format="dsss")
+
+
+@pytest.mark.parametrize("fmt", ["dddd", "dsss"])
+def test_depthwise(fmt: str) -> None:
+    rng = np.random.default_rng(4)
+    x, w = random_array(rng, (1, 3, 7, 7), 0.3), rng.standard_normal((6, 1, 3, 3))
+    check(nn.conv2d(tensor(x, fmt), w, padding=1, groups=3), np_conv(x, w, (1, 1), (1, 1), (1, 1), 3))
+
+
+def test_sparse_filter() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 3, 8, 8))
+    w = random_array(rng, (4, 3, 3, 3), 0.3)
+    check(nn.conv2d(x, tensor(w, "ssss"), stride=2), np_conv(x, w, (2, 2), (0, 0), (1, 1), 1))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x, w: nn.conv2d(x, w[:, :2]), "need a weight of shape"),
+    (lambda x, w: nn.conv2d(x, w, stride=0), "stride must be an int >= 1"),
+    (lambda x, w: nn.conv2d(x, w, groups=2), "need a weight of shape"),
+    (lambda x, w: nn.conv2d(x[:, :, :2], w), "smaller than the dilated filter"),
+    (lambda x, w: nn.conv1d(x, w), "order 3"),
+    (lambda x, w: nn.max_pool2d(x, 2, padding=2), "at most half"),
+    (lambda x, w: nn.conv2d(x, w, np.ones(3)), "bias has shape"),
+])
+def test_bad_calls(call, message) -> None:
+    x, w = np.ones((1, 3, 5, 5)), np.ones((4, 3, 3, 3))
+    with pytest.raises((ShapeError, ArgumentError), match=message):
+        call(x, w)
+
