@@ -295,3 +295,63 @@ def test_shared_subscript_co_iterates(fmt: str) -> None:
     kern = coiter.compile("O(i,j) = A(i+j) * B(i+j)", {"A": fmt[0], "B": fmt[1]})
     got = kern.run({"A": tensor(a, fmt[0]), "B": tensor(b, fmt[1])}, (5, 5))
     check(got, np.array([[a[i + j] * b[i + j] for j in range(5)] for i in range(5)]))
+
+
+def _embedded(entries: dict[tuple[int, ...], float], shape: tuple[int, ...]) -> np.ndarray:
+    x = np.zeros(shape)
+    for at, v in entries.items():
+        x[at] = v
+    return x
+
+
+@pytest.mark.parametrize("expr, formats, entries, shape, filt", [
+    ("O(i) = I(i+k) * F(k)", {"I": "s"}, {(2,): 1.0, (8,): 2.0, (9,): 3.0}, (12,), (3,)),
+    ("O(i) = I(i+k) * F(k)", {"I": "s", "O": "s"}, {(2,): 1.0, (8,): 2.0, (9,): 3.0}, (12,), (3,)),
+    ("O(n,x,y,k) = I(n,x+r-1,y+q-1,c) * F(r,q,c,k)", {"I": "dsss"},
+     {(0, 1, 2, 0): 1.0, (0, 5, 5, 1): -2.0, (0, 6, 1, 0): 0.5}, (1, 8, 8, 2), (3, 3, 2, 4)),
+    ("O(n,x,y,k) = M(n,x,y) * I(n,x+r-1,y+q-1,c) * F(r,q,c,k)", {"M": "dss", "I": "dssd", "O": "dssd"},
+     {(0, 1, 2, 0): 1.0, (0, 2, 2, 1): -2.0, (0, 6, 1, 0): 0.5}, (1, 8, 8, 2), (3, 3, 2, 4)),
+])
+def test_work_follows_the_stored_entries(expr, formats, entries, shape, filt) -> None:
+    """Doubling the shape with the same entries leaves the loop iterations unchanged (the
+    kernel's work is bounded by the stored entries, not the shape)."""
+    rng = np.random.default_rng(11)
+    f = rng.standard_normal(filt)
+    counts = []
+    for scale in (1, 2, 4):
+        big = tuple(n if m in (0, len(shape) - 1) and len(shape) > 1 else n * scale
+                    for m, n in enumerate(shape))
+        x = _embedded(entries, big)
+        kern = coiter.compile(expr, formats, padding="-1" in expr, count_iterations=True)
+        operands = {"I": tensor(x, formats["I"]), "F": f}
+        if "M" in formats:
+            operands["M"] = tensor((x != 0).any(axis=-1).astype(float), formats["M"])
+        got = kern(threads=1, **operands)
+        expected = reference(*_conv_reference(expr, x, f, operands.get("M")))
+        check(got, expected)
+        counts.append(kern.iterations)
+    assert counts[0] == counts[1] == counts[2] > 0
+
+
+def _conv_reference(expr: str, x: np.ndarray, f: np.ndarray, mask) -> tuple:
+    if expr.startswith("O(i)"):
+        n, k = x.shape[0], f.shape[0]
+        return ["i"], [(x, [({"i": 1, "k": 1}, 0)]), (f, [({"k": 1}, 0)])], {"i": n - k + 1, "k": k}
+    _, h, w, c = x.shape
+    operands = [(x, [({"n": 1}, 0), ({"x": 1, "r": 1}, -1), ({"y": 1, "q": 1}, -1), ({"c": 1}, 0)]),
+                (f, [({"r": 1}, 0), ({"q": 1}, 0), ({"c": 1}, 0), ({"k": 1}, 0)])]
+    if mask is not None:
+        operands.append((mask.to_numpy(), [({"n": 1}, 0), ({"x": 1}, 0), ({"y": 1}, 0)]))
+    return (["n", "x", "y", "k"], operands,
+            {"n": 1, "x": h, "y": w, "k": f.shape[3], "r": 3, "q": 3, "c": c})
+
+
+def test_iteration_count_of_a_dense_kernel_follows_the_shape() -> None:
+    """The counter itself: a dense 1-D convolution's loops run |i| * |k| times (plus the
+    outer loop's |i|)."""
+    kern = coiter.compile("O(i) = I(i+k) * F(k)", count_iterations=True)
+    for n in (10, 20):
+        check(kern(I=np.ones(n), F=np.ones(3), threads=1), np.full(n - 2, 3.0))
+        assert kern.iterations == (n - 2) * 4
+    with pytest.raises(ArgumentError, match="count_iterations must be True or False"):
+        coiter.compile("O(i) = I(i)", count_iterations=1)

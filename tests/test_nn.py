@@ -179,3 +179,26 @@ def test_bad_calls(call, message) -> None:
     with pytest.raises((ShapeError, ArgumentError), match=message):
         call(x, w)
 
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_submanifold_conv_keeps_the_input_sites(dims: int) -> None:
+    """Each active site gets the sum over the centred filter of its active neighbours; no
+    other site is stored."""
+    rng = np.random.default_rng(5 + dims)
+    spatial = (9, 8, 7)[:dims]
+    active = rng.random(spatial) < 0.15
+    x = np.zeros((1, *spatial, 3))
+    x[0][active] = rng.standard_normal((int(active.sum()), 3))
+    w, b = rng.standard_normal((4, 3, *(3,) * dims)), rng.standard_normal(4)
+    got = nn.submanifold_conv(tensor(x, "d" + "s" * dims + "d"), w, b)
+    full = np_conv(np.moveaxis(x, -1, 1), w, (1,) * dims, (1,) * dims, (1,) * dims, 1)
+    expected = np.moveaxis(full, 1, -1) + b
+    expected[0][~active] = 0
+    check(got, expected)
+    assert got.nnz == active.sum() * 4
+    # the same sites as a mask shared by layers, from a dense input converted on the way
+    mask = nn.sites(tensor(x, "d" + "s" * dims + "d"))
+    check(nn.submanifold_conv(x, w, mask=mask), expected - np.where(expected != 0, b, 0))
+    with pytest.raises(ShapeError, match="odd taps"):
+        nn.submanifold_conv(x, w[..., :2])

@@ -101,6 +101,7 @@ def compile(
     workspace_memory: int | None = None,
     padding: bool = False,
     extents: Mapping[str, int] | None = None,
+    count_iterations: bool = False,
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
@@ -122,7 +123,9 @@ def compile(
     ``padding=True`` lets compound subscripts (``I(i+k-1)``) read outside their operand's
     mode, where it is zero (torch's zero padding); otherwise that is a ShapeError.
     ``extents`` sizes index variables by name (``{"r": 2}``: a pooling window no operand
-    sizes); operands and the result must agree with them.
+    sizes); operands and the result must agree with them. ``count_iterations=True``
+    instruments the C kernel to count its loop iterations (``kernel.iterations`` after a
+    single-threaded call): its work, for complexity checks.
     """
     a, aliases = _prepare(_as_assignment(assignment))
     if formats is not None and not isinstance(formats, Mapping):
@@ -146,8 +149,9 @@ def compile(
         raise ArgumentError(f"target must be 'c' or 'cuda', got {target!r}")
     if not isinstance(fast_math, bool):
         raise ArgumentError(f"fast_math must be True or False, got {fast_math!r}")
-    if not isinstance(padding, bool):
-        raise ArgumentError(f"padding must be True or False, got {padding!r}")
+    for flag, value in (("padding", padding), ("count_iterations", count_iterations)):
+        if not isinstance(value, bool):
+            raise ArgumentError(f"{flag} must be True or False, got {value!r}")
     names = {v.name for x in [a.lhs, *accesses(a.rhs)] for v in x.index_vars}
     for name, size in (extents or {}).items():
         if name not in names:
@@ -159,7 +163,8 @@ def compile(
         raise ArgumentError(f"workspace_memory must be a number of bytes (a non-negative int), "
                             f"got {workspace_memory!r}")
     kernel = Kernel(StorageKernel(a, fmts, check_dtype(dtype or np.float64), aliases, commands, target,
-                                  fast_math, workspace, workspace_memory, padding, extents))
+                                  fast_math, workspace, workspace_memory, padding, extents,
+                                  count_iterations))
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel

@@ -140,6 +140,11 @@ class Kernel:
             self._plans[key] = build_plan(self.core, var, finish, Tensor, Storage)
         return self._plans[key]
 
+    @property
+    def iterations(self) -> int | None:
+        """Loop iterations of the last call (kernels compiled with ``count_iterations``)."""
+        return self.core.iterations
+
     def __repr__(self) -> str:
         formats = ", ".join(f"{n}={f.to_string()!r}" for n, f in sorted(self.core.formats.items()))
         return f"coiter.Kernel({str(self.core.assignment)!r}, {formats})"

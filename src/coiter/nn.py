@@ -19,7 +19,8 @@ import numpy as np
 
 from .api import compile as compile_kernel
 from .errors import ArgumentError, ShapeError
-from .formats.format import FormatLike, as_format
+from .formats.format import Format, FormatLike, as_format
+from .formats.levels import Compressed, Dense
 from .kernel import Kernel
 from .operands import as_tensor
 from .tensor import Tensor
@@ -27,6 +28,7 @@ from .tensor import Tensor
 __all__ = [
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+    "submanifold_conv", "sites",
 ]
 
 _SPATIAL = ("x", "y", "z")  # output coordinates of spatial modes
@@ -58,17 +60,20 @@ def _access(name: str, batch: str, channel: str, spatial: list[str], channels_la
 
 @lru_cache(maxsize=256)
 def _kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
-            extents: tuple[tuple[str, int], ...]) -> Kernel:
-    return compile_kernel(text, dict(formats), padding=padding, extents=dict(extents))
+            extents: tuple[tuple[str, int], ...], schedule: str | None) -> Kernel:
+    return compile_kernel(text, dict(formats), padding=padding, extents=dict(extents),
+                          schedule=schedule)
 
 
 def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
          out_format: FormatLike | None, padding: bool, extents: dict[str, int],
-         threads: int | None) -> Tensor:
+         threads: int | None, schedule: str | None = None) -> Tensor:
+    """Compile ``text`` for the operands' formats (cached) and run it."""
     formats = {n: t.format.to_string() for n, t in operands.items()}
     if out_format is not None:
         formats["O"] = as_format(out_format, len(out_shape)).to_string()
-    kernel = _kernel(text, tuple(sorted(formats.items())), padding, tuple(sorted(extents.items())))
+    kernel = _kernel(text, tuple(sorted(formats.items())), padding, tuple(sorted(extents.items())),
+                     schedule)
     return kernel.run(operands, out_shape, threads)
 
 
@@ -111,9 +116,16 @@ def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: A
     grouped = groups > 1
     chan_in = _affine([(cg, "g"), (1, "c")]) if grouped else "c"
     chan_out = _affine([(kg, "g"), (1, "k")]) if grouped else "k"
+    # the filter with taps outermost and output channels innermost: each input entry scales
+    # a contiguous row of it into the outputs (a sparse filter keeps its own layout)
+    if F.format.is_dense:
+        F = Tensor.from_numpy(np.ascontiguousarray(np.moveaxis(F.to_numpy(), (0, 1), (-1, -2))),
+                              name="F")
+        filt = f"F({','.join(tap_vars)},c,{chan_out})"
+    else:
+        filt = f"F({chan_out},c,{','.join(tap_vars)})"
     text = (f"{_access('O', 'n', chan_out, out_vars, channels_last)} = "
-            f"{_access('I', 'n', chan_in, reads, channels_last)} * "
-            f"F({chan_out},c,{','.join(tap_vars)})")
+            f"{_access('I', 'n', chan_in, reads, channels_last)} * {filt}")
     extents = {"g": groups, "k": kg} if grouped else {}
     out_shape = (n, *sizes, k_out) if channels_last else (n, k_out, *sizes)
     out = _run(text, {"I": I, "F": F}, out_shape, out_format, any(p), extents, threads)
@@ -291,3 +303,64 @@ def avg_pool3d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 
     """torch.nn.functional.avg_pool3d (count_include_pad=True)."""
     return _pool(3, "avg", input, kernel_size, stride, padding, 1, channels_last, out_format,
                  threads)
+
+
+def _site_format(order: int) -> Format:
+    """Channels-last sparse features: dense batch, compressed spatial levels, dense channels."""
+    return Format([Dense(), *(Compressed() for _ in range(order - 2)), Dense()])
+
+
+def sites(input: Tensor) -> Tensor:
+    """The active sites of channels-last features ``input`` (N, *spatial, C) stored as
+    :func:`_site_format` lays them out: a tensor of ones over the same index arrays (no copy)."""
+    st = input.storage
+    channels = input.shape[-1]
+    count = st.vals.shape[0] // channels if channels else 0
+    return Tensor.from_arrays(input.shape[:-1], Format(list(input.format.levels[:-1])),
+                              st.levels[:-1], np.ones(count, dtype=st.vals.dtype), name="M")
+
+
+def submanifold_conv(input: Any, weight: Any, bias: Any = None, dilation: Any = 1, *,
+                     mask: Tensor | None = None, threads: int | None = None) -> Tensor:
+    """Submanifold sparse convolution (Graham et al.; spconv's ``SubMConv``): the result has
+    exactly the input's active sites, each the sum over the centred filter of its active
+    neighbours. ``input`` is channels last, (N, *spatial, C), stored (or converted) with
+    compressed spatial levels and dense channels; ``weight`` is (K, C, *taps) with odd taps.
+    ``mask`` (from :func:`sites`) may be passed when several layers share the input's sites.
+    The loops walk the sites and, per filter tap, the window of the neighbouring row
+    (binary search), so the work follows the active sites, never the grid."""
+    I = as_tensor(input, name="I")
+    dims = I.order - 2
+    if dims < 1:
+        raise ShapeError(f"submanifold_conv takes features (N, *spatial, C), got order {I.order}")
+    fmt = _site_format(I.order)
+    if I.format != fmt:
+        I = I.asformat(fmt)
+    W = np.asarray(weight.to_numpy() if isinstance(weight, Tensor) else weight)
+    k_out, taps = W.shape[0], W.shape[2:]
+    if W.ndim != I.order or W.shape[1] != I.shape[-1] or any(t % 2 == 0 for t in taps):
+        raise ShapeError(f"submanifold_conv: weight must be (K, {I.shape[-1]}, odd taps x {dims}), "
+                         f"got {W.shape}")
+    d = _tuple(dilation, dims, "dilation", 1)
+    M = sites(I) if mask is None else mask
+    if M.shape != I.shape[:-1]:
+        raise ShapeError(f"mask has shape {M.shape}, the input's sites {I.shape[:-1]}")
+    # filter taps outermost, channels then outputs innermost: each neighbour's features
+    # meet a contiguous block of the filter
+    F = np.ascontiguousarray(np.moveaxis(W, (0, 1), (-1, -2)))
+    out_vars, tap_vars = list(_SPATIAL[:dims]), list(_TAPS[:dims])
+    reads = [_affine([(1, out_vars[m]), (d[m], tap_vars[m])], -d[m] * (taps[m] // 2))
+             for m in range(dims)]
+    text = (f"O(n,{','.join(out_vars)},k) = M(n,{','.join(out_vars)}) * I(n,{','.join(reads)},c) "
+            f"* F({','.join(tap_vars)},c,k)")
+    operands = {"M": M, "I": I, "F": Tensor.from_numpy(F, name="F")}
+    # each neighbour's channel scales a contiguous row of filter into the outputs
+    out = _run(text, operands, (*I.shape[:-1], k_out), fmt, True, {}, threads, "reorder(c,k)")
+    if bias is not None:
+        b = np.asarray(bias)
+        if b.shape != (k_out,):
+            raise ShapeError(f"bias has shape {b.shape}, the result has {k_out} channels")
+        st = out.storage
+        vals = (st.vals.reshape(-1, k_out) + b).reshape(-1)
+        out = Tensor.from_arrays(out.shape, out.format, st.levels, vals, name=out.name)
+    return out

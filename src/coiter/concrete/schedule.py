@@ -23,7 +23,7 @@ from ..notation.ast import (
     rename_index,
 )
 from ..notation.functions import zero_at
-from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Split
+from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Solved, Split
 from .races import races, row_assembly
 from .commands import Command
 from .stmt import (
@@ -202,6 +202,11 @@ def check_concordant(prog: ConcreteProgram) -> None:
         for d, v in enumerate(loops):
             for u in prov.underived(v):
                 depth[u] = d
+        solved = [r for r in prog.env.relations if isinstance(r, Solved)]
+        for _ in solved:  # a solved variable is known once the loops it is computed from are
+            for r in solved:
+                if r.var not in depth and all(u in depth for u in r.loops):
+                    depth[r.var] = max(depth[u] for u in r.loops)
         for a in [s.lhs, *accesses(s.rhs)]:
             decl = prog.tensors[a.tensor]
             if decl.role in ("temp", "workspace"):

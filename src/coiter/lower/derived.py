@@ -178,13 +178,17 @@ class DerivedLoops:
         before: list[IRStmt] = []
         body: list[IRStmt] = []
         tagged = f.unit != "NotParallel"
-        if isinstance(rel, (Split, Divide)) and v == rel.inner and tagged and rel.outer in scope.coords:
-            # no break out of an OpenMP loop: the last piece gets a shorter bound instead
+        # the inner piece of an original variable's split: the last piece gets a shorter
+        # bound instead of a break (none may leave an OpenMP loop; a loop without one
+        # vectorizes)
+        cut = isinstance(rel, (Split, Divide)) and v == rel.inner and rel.outer in scope.coords \
+            and (tagged or self.prov.defining(rel.parent) is None)
+        if cut:
             plo, phi = self.range_of(rel.parent, scope)
             start = mul(scope.coords[rel.outer], self._block_size(rel, scope))
             hi = Min((hi, _sub(_sub(phi, plo), start)))
         outer_guards, self.guards = self.guards, []
-        inner, stmts = self._recover_up(v, inner, before, scope.with_coord(v, lo), tagged)
+        inner, stmts = self._recover_up(v, inner, before, scope.with_coord(v, lo), tagged or cut)
         guards, self.guards = self.guards, outer_guards
         body += stmts
         rest = self._derived_body(f.body, inner)
@@ -365,6 +369,11 @@ class DerivedLoops:
         first, last = self._unique(f"{base}_first"), self._unique(f"{base}_last")
         anc = self._ancestors(scope, it.access, it.level)
         out += self.lower_bound(first, level, names, anc, begin, end, lo)
-        out += self.lower_bound(last, level, names, anc, Var(first), end, hi)
+        if it.var in self.short_windows:  # a filter's few taps: scan to the window's end
+            out += [Decl("int64_t", last, Var(first)),
+                    While(conj([lt(Var(last), end), lt(level.pos_access(names, Var(last), anc), hi)]),
+                          block(IRAssign(Var(last), Const(1), "+=")))]
+        else:
+            out += self.lower_bound(last, level, names, anc, Var(first), end, hi)
         return Var(first), Var(last)
 

@@ -402,6 +402,7 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         self.prov = Provenance(prog.env.relations)
         # coordinate windows of split variables walked sparsely: var -> [lo, hi)
         self.window: dict[IndexVar, tuple[IRExpr, IRExpr]] = {}
+        self.short_windows: set[IndexVar] = set()  # windows whose end is found by a scan
         self.explicit_parallel = any(isinstance(s, Forall) and s.unit != "NotParallel"
                                      for s in walk_stmts(prog.stmt))
         self.guards: list[IRExpr] = []  # iteration guards of the derived loop being lowered
@@ -882,10 +883,14 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         if window is None:
             return self._lower_walk(f, scope)
         self.window[f.var] = window
+        # the loop walks what the scan passes over: scanning to the window's end costs no
+        # more than the loop (a filter's few taps), where a second binary search would
+        self.short_windows.add(f.var)
         try:
             return self._lower_walk(f, scope)
         finally:
             del self.window[f.var]
+            self.short_windows.discard(f.var)
 
     def _solution_window(self, f: Forall, scope: Scope) -> tuple[IRExpr, IRExpr] | None:
         """The coordinates ``[lo, hi)`` of a compound subscript's variable ``t`` that keep a

@@ -101,8 +101,9 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         else:
             return None  # a parameter unknown here
 
-    if core.equations:
-        return None  # compound subscripts: extents solved and checked in Python
+    if core.equations or core.count_iterations:
+        # compound subscripts (extents solved and checked in Python), counted iterations
+        return None
     checks, first = _extent_words(core, offsets)
     rshape = [first.get(v) for v in core.assignment.lhs.indices]
     if any(w is None for w in rshape):

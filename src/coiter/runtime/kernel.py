@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import math
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -24,6 +24,7 @@ from ..concrete.schedule import apply as apply_command
 from ..concrete.stmt import ConcreteProgram
 from ..errors import FormatError, KernelError, ShapeError
 from ..formats.format import Format
+from ..ir.count import SUPPORT, counted
 from ..formats.storage import INT32_MAX, Storage
 from ..lower.intrinsics import computable
 from ..lower.ism import WORKSPACE_KEY_ERROR
@@ -83,6 +84,16 @@ class Variant:
         return ctypes.cast(self.packed, ctypes.c_void_p).value or 0
 
 
+def aligned_zeros(size: int, dtype: np.dtype, align: int = 64) -> np.ndarray:
+    """Zeros starting at a cache line: a dense result's rows then start aligned (vector
+    loads and stores of a convolution's output channels split no line)."""
+    dtype = np.dtype(dtype)
+    extra = align // dtype.itemsize + 1
+    raw = np.zeros(size + extra, dtype=dtype)
+    skip = (-raw.ctypes.data % align) // dtype.itemsize
+    return raw[skip:skip + size]
+
+
 def adopt(ptr: int, length: int, dtype: np.dtype) -> np.ndarray:
     """A 1-D array over malloc'ed ``ptr`` (shrunk to ``length`` elements), freed with the
     array; zeros when ``ptr`` is null."""
@@ -135,6 +146,7 @@ class StorageKernel:
         workspace_memory: int | None = None,
         padding: bool = False,
         extents: Mapping[str, int] | None = None,
+        count_iterations: bool = False,
     ) -> None:
         if workspace not in (AUTO, *policy_names()):
             raise FormatError(f"unknown workspace {workspace!r}: choose one of "
@@ -146,6 +158,9 @@ class StorageKernel:
         self.padding = padding
         # sizes of index variables given by name (a pooling window's, which no operand has)
         self.extents = {IndexVar(n): int(e) for n, e in (extents or {}).items()}
+        # C kernels count their loop iterations; the count of the last call
+        self.count_iterations = count_iterations
+        self.iterations: int | None = None
         # the workspace of a scattered result: "auto" (chosen per call), "dense" or a
         # sparse policy; dense ones never take more than workspace_memory bytes
         self.workspace = workspace
@@ -267,8 +282,12 @@ class StorageKernel:
                 source = cuda.module(ir, formats, index_max)
                 lib = load_cuda_library(source)
             else:
+                if self.count_iterations:
+                    ir = replace(ir, function=counted(ir.function), support=(*ir.support, SUPPORT))
                 source = module([ir.function], index_max, ir.support)
                 lib = load_library(source, fast_math=self.fast_math)
+                if self.count_iterations:
+                    lib.coiter_iteration_count.restype = ctypes.c_int64
             packed = getattr(lib, f"{ir.function.name}_packed")
             packed.argtypes = [ctypes.c_void_p]
             packed.restype = ctypes.c_int
@@ -370,7 +389,8 @@ class StorageKernel:
                                       fast_math=self.fast_math, workspace=self.workspace,
                                       workspace_memory=self.workspace_memory,
                                       padding=self.padding,
-                                      extents={v.name: e for v, e in self.extents.items()}).run(
+                                      extents={v.name: e for v, e in self.extents.items()},
+                                      count_iterations=self.count_iterations).run(
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.plain.lhs.indices)
@@ -492,7 +512,7 @@ class StorageKernel:
             elif p.tensor == self.result and p.kind not in ("array", "dim"):
                 if p.kind == "vals":
                     size = math.prod(rdims) if ir.mode != "compute" else storages[self.result].nnz
-                    res_vals = np.zeros(max(size, 1), dtype=rdecl.dtype)
+                    res_vals = aligned_zeros(max(size, 1), rdecl.dtype)
                     args[n] = res_vals.ctypes.data
                 elif p.kind == "shared_vals":
                     size = shared_size(storages[p.array], p.level, rdims)
@@ -515,6 +535,8 @@ class StorageKernel:
                 else:
                     args[n] = st.addresses[(-1, "vals")]
         rc = var.packed(args.ctypes.data)
+        if self.count_iterations and self.target == "c":
+            self.iterations = int(var.library.coiter_iteration_count())
         arrays: tuple[np.ndarray, ...] | None = None
         if ir.result_allocated and ir.mode != "compute":
             itype = var.itypes[self.result]
