@@ -132,17 +132,20 @@ def study_submanifold(args: argparse.Namespace) -> tuple[str, dict]:
     for channels in (16,) if args.quick else (16, 64):
         coords, feats = _point_cloud(rng, grid, channels)
         w = (rng.standard_normal((channels, channels, 3, 3, 3)) / channels).astype(np.float32)
-        dense = np.zeros((1, grid, grid, grid, channels), np.float32)
-        dense[0, coords[:, 0], coords[:, 1], coords[:, 2]] = feats
-        x = coiter.Tensor.from_numpy(dense, "dsssd")
+        entries = np.repeat(np.arange(len(coords)), channels)
+        full_coords = np.vstack([np.zeros(entries.size, int), coords[entries].T,
+                                 np.tile(np.arange(channels), len(coords))])
+        x = coiter.Tensor.from_coo(full_coords, feats.reshape(-1), (1, grid, grid, grid, channels),
+                                   "dsssd")
         mask = cnn.sites(x)
         ref = None
         full = torch.nn.functional.conv3d
-        xt = torch.from_numpy(np.ascontiguousarray(dense.transpose(0, 4, 1, 2, 3)))
         wt = torch.from_numpy(w)
-        if channels == 16:
-            ref = full(xt, wt, padding=1).numpy().transpose(0, 2, 3, 4, 1)[0]
-            ref = ref[coords[:, 0], coords[:, 1], coords[:, 2]]
+        if channels == 16:  # the dense grid at 64 channels would take half a gigabyte per copy
+            dense = np.zeros((1, channels, grid, grid, grid), np.float32)
+            dense[0, :, coords[:, 0], coords[:, 1], coords[:, 2]] = feats  # (sites, channels)
+            xt = torch.from_numpy(dense)
+            ref = full(xt, wt, padding=1).numpy()[0][:, coords[:, 0], coords[:, 1], coords[:, 2]].T
         for threads in args.threads:
             _threads(torch, threads)
             cases: dict[str, Any] = {}

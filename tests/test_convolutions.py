@@ -355,3 +355,35 @@ def test_iteration_count_of_a_dense_kernel_follows_the_shape() -> None:
         assert kern.iterations == (n - 2) * 4
     with pytest.raises(ArgumentError, match="count_iterations must be True or False"):
         coiter.compile("O(i) = I(i)", count_iterations=1)
+
+
+def test_equations_that_would_solve_each_other_are_refused() -> None:
+    """``A(i+k) * B(i+2*k)`` with both sparse: each subscript's loops are the other's
+    unknowns, so no variable can be computed from bound loops."""
+    with pytest.raises(FormatError, match="drives a sparse loop"):
+        coiter.compile("O(i) = A(i+k) * B(i+2*k)", {"A": "s", "B": "s"}).concrete
+    rng = np.random.default_rng(12)
+    a, b = random_array(rng, (9,), 0.5), random_array(rng, (13,), 0.5)  # |k| = 9 - 5 + 1
+    got = coiter.compile("O(i) = A(i+k) * B(i+2*k)", {"A": "s"}).run({"A": tensor(a, "s"), "B": b}, (5,))
+    expected = np.array([sum(a[i + k] * b[i + 2 * k] for k in range(5)) for i in range(5)])
+    check(got, expected)
+
+
+def test_gathered_rows_run_in_parallel() -> None:
+    """``gather=["x"]`` walks the input's rows per output row (``r`` solved from ``xr``), so
+    the loop over ``x`` writes rows of its own and runs on threads; scattering (the
+    default) has no loop over ``x`` to share out."""
+    expr = "O(n,x,y,k) = I(n,x+r-1,y+q-1,c) * F(r,q,c,k)"
+    rng = np.random.default_rng(13)
+    x, f = random_array(rng, (1, 9, 8, 3), 0.3), rng.standard_normal((3, 3, 3, 4))
+    kern = coiter.compile(expr, {"I": "dsss"}, padding=True, gather=["x"],
+                          schedule="parallelize(x,CPUThread,NoRaces)")
+    assert "r = " in str(kern.concrete) and "omp parallel for" in kern.source
+    subs = [({"n": 1}, 0), ({"x": 1, "r": 1}, -1), ({"y": 1, "q": 1}, -1), ({"c": 1}, 0)]
+    expected = reference(["n", "x", "y", "k"], [(x, subs), (f, [({v: 1}, 0) for v in "rqck"])],
+                         {"n": 1, "x": 9, "y": 8, "k": 4, "r": 3, "q": 3, "c": 3})
+    check(kern(I=tensor(x, "dsss"), F=f, threads=2), expected)
+    with pytest.raises(coiter.ScheduleError):
+        coiter.compile(expr, {"I": "dsss"}, padding=True, schedule="parallelize(x,CPUThread,NoRaces)")
+    with pytest.raises(ArgumentError, match="gather must list index variables"):
+        coiter.compile(expr, gather=["z"])

@@ -12,13 +12,14 @@ are dense unless ``out_format`` names a sparse format.
 """
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
 
 from .api import compile as compile_kernel
-from .errors import ArgumentError, ShapeError
+from .errors import ArgumentError, ScheduleError, ShapeError
 from .formats.format import Format, FormatLike, as_format
 from .formats.levels import Compressed, Dense
 from .kernel import Kernel
@@ -60,20 +61,30 @@ def _access(name: str, batch: str, channel: str, spatial: list[str], channels_la
 
 @lru_cache(maxsize=256)
 def _kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
-            extents: tuple[tuple[str, int], ...], schedule: str | None) -> Kernel:
+            extents: tuple[tuple[str, int], ...], schedule: str | None,
+            gather: tuple[str, ...] = ()) -> Kernel:
     return compile_kernel(text, dict(formats), padding=padding, extents=dict(extents),
-                          schedule=schedule)
+                          schedule=schedule, gather=gather)
 
 
 def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
          out_format: FormatLike | None, padding: bool, extents: dict[str, int],
          threads: int | None, schedule: str | None = None) -> Tensor:
-    """Compile ``text`` for the operands' formats (cached) and run it."""
+    """Compile ``text`` for the operands' formats (cached) and run it. With more than one
+    thread the rows of the first spatial mode are walked per output row (``gather``) and
+    run in parallel, where the kernel has that loop (a batch of one image has nothing else
+    to share out); one thread scatters each stored input (less work)."""
     formats = {n: t.format.to_string() for n, t in operands.items()}
     if out_format is not None:
         formats["O"] = as_format(out_format, len(out_shape)).to_string()
-    kernel = _kernel(text, tuple(sorted(formats.items())), padding, tuple(sorted(extents.items())),
-                     schedule)
+    key = (text, tuple(sorted(formats.items())), padding, tuple(sorted(extents.items())))
+    kernel = _kernel(*key, schedule)
+    if (threads if threads is not None else os.cpu_count() or 1) > 1:
+        rows = f"parallelize({_SPATIAL[0]},CPUThread,NoRaces)"
+        try:
+            kernel = _kernel(*key, f"{schedule},{rows}" if schedule else rows, (_SPATIAL[0],))
+        except ScheduleError:  # no such loop, or its iterations would share outputs
+            pass
     return kernel.run(operands, out_shape, threads)
 
 

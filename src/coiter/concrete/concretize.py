@@ -196,6 +196,7 @@ def concretize(
     reserved: frozenset[str] = frozenset(),
     equations: tuple[Equation, ...] = (),
     padded: bool = False,
+    gather: frozenset[IndexVar] = frozenset(),
 ) -> ConcreteProgram:
     """Turn an assignment whose reductions are explicit into concrete index notation.
 
@@ -205,17 +206,18 @@ def concretize(
     computed in its assembly format and converted afterwards. New tensors (temporaries,
     transposed operands) take names outside ``formats`` and ``reserved``. ``equations``
     define the variables of compound subscripts (:mod:`coiter.notation.affine`); with
-    ``padded`` they may leave their modes, so every solved coordinate is guarded.
+    ``padded`` they may leave their modes, so every solved coordinate is guarded;
+    ``gather`` names result variables whose subscripts are walked per output, not scattered.
     """
     lhs = assignment.lhs
     terms = _sequenced_terms(assignment, formats)
     if terms is not None:
         return _sequence(assignment, terms, formats, dtypes, result_dtype, workspace,
-                         equations, padded)
+                         equations, padded, gather)
     assignment = replace(assignment, rhs=_wrap(*_hoist(assignment.rhs)))
     final_fmt = formats[lhs.tensor]
     lp = _plan_loops(assignment, {**formats, lhs.tensor: final_fmt.assembly_format()}, reserved,
-                     equations, padded)
+                     equations, padded, gather)
     plan, lifter, body, temps, lo = lp.layouts, lp.lifter, lp.body, lp.temps, lp.order
     top_reduced, derived, operand_accesses = lp.top_reduced, lp.derived, lp.operands
     free = list(lhs.indices)
@@ -381,7 +383,8 @@ def _signed_product(x: Expr, y: Expr) -> Expr:
 
 def _sequence(assignment: Assignment, terms: list[Expr], formats: Mapping[str, Format],
               dtypes: Mapping[str, np.dtype], result_dtype: np.dtype, workspace: str,
-              equations: tuple[Equation, ...], padded: bool) -> ConcreteProgram:
+              equations: tuple[Equation, ...], padded: bool,
+              gather: frozenset[IndexVar]) -> ConcreteProgram:
     """``sequence(A = t1, sequence(A += t2, ...))``: each term concretized on its own (lowered
     in time linear in the number of terms), later ones adding into a dense result, which a
     sparse result format is converted from afterwards (held to the memory cap per call)."""
@@ -397,7 +400,8 @@ def _sequence(assignment: Assignment, terms: list[Expr], formats: Mapping[str, F
     for term in terms:
         used = set(index_vars_of(term))
         prog = concretize(Assignment(lhs, term), formats, dtypes, result_dtype,
-                          workspace, reserved, tuple(eq for eq in equations if eq.var in used), padded)
+                          workspace, reserved, tuple(eq for eq in equations if eq.var in used), padded,
+                          gather)
         reserved |= frozenset(prog.tensors)
         progs.append(prog)
     stmt = progs[-1].stmt
@@ -477,7 +481,7 @@ class _LoopPlan:
 
 def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
                 reserved: frozenset[str] = frozenset(), equations: tuple[Equation, ...] = (),
-                padded: bool = False) -> _LoopPlan:
+                padded: bool = False, gather: frozenset[IndexVar] = frozenset()) -> _LoopPlan:
     """Rewrite accesses through layouts, lift nested reductions and order the loops.
 
     An operand seen through its layout's levels cannot be transposed; where the order
@@ -492,7 +496,7 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
         rhs = layouts.assignment.rhs
         top_reduced, top_body = _peel(rhs)
         solved = solve_equations(equations, accesses(rhs), lhs, layouts.formats, not padded,
-                                 frozenset(top_reduced))
+                                 frozenset(top_reduced), gather)
         derived.update({s.var: s.loops for s in solved})
         lifter.derived = derived
         lifter.solved = solved
@@ -511,6 +515,10 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
                                {s.var: s.loops for s in solved})
         required: list[Edge] = [(f, r) for t in temps for f in _loop_vars(t.free, derived)
                                 for r in t.reduced]
+        # a reduced variable solved from a walked subscript: the loop over the subscript's
+        # variable walks a window, placed by the other loops (which come first)
+        required += [(w, s.driver) for s in solved if s.driver is not None and s.var not in free
+                     for w in s.loops if w != s.driver]
         operands = _operand_accesses(body, temps)
         order = choose_order(all_vars, [(a, layouts.formats[a.tensor]) for a in operands],
                              (lhs, result_fmt), required, {s.var: s.loops for s in solved})

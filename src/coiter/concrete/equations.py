@@ -46,12 +46,15 @@ def _appended(lhs: Access, fmt: Format, v: IndexVar) -> bool:
 
 def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], lhs: Access,
                     formats: Mapping[str, Format], checked: bool,
-                    summed: frozenset[IndexVar]) -> tuple[Solved, ...]:
+                    summed: frozenset[IndexVar],
+                    gather: frozenset[IndexVar] = frozenset()) -> tuple[Solved, ...]:
     """A :class:`Solved` relation per equation (``checked``: the caller proved every
     subscript stays inside its mode; ``summed``: the variables the whole right-hand side is
-    summed over, whose loops may scatter into the result)."""
+    summed over, whose loops may scatter into the result; ``gather``: result variables whose
+    subscripts are walked per output instead: ``for x: for r: xr = x + r`` writes rows of
+    its own, so the loop over ``x`` can run in parallel)."""
     out: list[Solved] = []
-    taken: set[IndexVar] = set()
+    taken: set[IndexVar] = set()  # solved already, or a loop an earlier solution needs
     for eq in equations:
         sub = eq.subscript
         if not _walked(eq.var, operands, formats):
@@ -59,7 +62,7 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
                 raise FormatError(f"{eq.where}: the result is written at {sub}, computed "
                                   "from the loops in no order; store the result densely")
             out.append(Solved(eq.var, sub.terms, sub.const, 1, checked))
-            taken.add(eq.var)
+            taken.update((eq.var, *sub.vars))
             continue
         free = [(c, v) for c, v in sub.terms if v not in taken and not _walked(v, operands, formats)]
         results = set(lhs.indices)
@@ -69,13 +72,15 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
         scatter = [(c, v) for c, v in free if v in results and not _appended(lhs, rfmt, v)
                    and all(w == v or w in results or w in summed for w in sub.vars)]
         # gather: solve for a reduced variable, walking the subscript's window per result
-        gather = [(c, v) for c, v in free if v not in results]
-        gather.sort(key=lambda cv: abs(cv[0]) != 1)
-        if not scatter and not gather:
+        gathers = [(c, v) for c, v in free if v not in results]
+        gathers.sort(key=lambda cv: abs(cv[0]) != 1)
+        if not scatter and not gathers:
             raise FormatError(
                 f"{eq.where}: every variable of the compound subscript {sub} drives a sparse "
                 "loop; store one of the tensors it indexes densely")
-        c, v = (scatter or gather)[0]
+        if any(v in gather for _, v in scatter):
+            scatter = []
+        c, v = (scatter or gathers)[0]
         sign = 1 if c > 0 else -1
         terms = ((sign, eq.var),) + tuple((-sign * d, w) for d, w in sub.terms if w != v)
         if _appended(lhs, rfmt, v):
@@ -83,5 +88,5 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
                               f"{eq.var} - ..., computed from {eq.where}'s stored coordinates "
                               "in no order; store the result densely")
         out.append(Solved(v, terms, -sign * sub.const, abs(c), driver=eq.var, subscript=sub))
-        taken.add(v)
+        taken.update((eq.var, *sub.vars))
     return tuple(out)

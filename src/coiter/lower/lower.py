@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from ..concrete.provenance import Bound, Provenance, Solved, Split
+from ..concrete.provenance import Bound, Provenance, Split
 from ..concrete.races import races
 from ..concrete.stmt import (
     Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts,
@@ -45,6 +45,7 @@ from .growth import drop_unread_zero_fill
 from .names import Namer
 from .ism import SparseWorkspaces
 from .reductions import atomic_updates, scalar_accumulation
+from .equations import EquationLoops
 from .derived import DerivedLoops
 from .types import c_index_type, c_value_type, typed_literal
 
@@ -170,19 +171,6 @@ def _unless_returns(pragma: str | None, body: list[IRStmt]) -> str | None:
 
 
 # ------------------------------------------------------------------ helpers on expressions
-
-
-def _affine_ir(terms: Iterable[tuple[int, IndexVar]], const: int,
-               coords: Mapping[IndexVar, IRExpr]) -> IRExpr:
-    """``sum(c * coords[v]) + const`` as readable C (``wq - 2 * w``, not ``wq + w * -2``)."""
-    total: IRExpr | None = None
-    for c, v in terms:
-        term = coords[v] if abs(c) == 1 else mul(Const(abs(c)), coords[v])
-        total = (term if c > 0 else Un("-", term)) if total is None else \
-            Bin("+" if c > 0 else "-", total, term)
-    if total is None:
-        return Const(const)
-    return Bin("+" if const > 0 else "-", total, Const(abs(const))) if const else total
 
 
 def _is_zero(e: Expr) -> bool:
@@ -365,7 +353,7 @@ def _stmt_accesses(s: Stmt) -> list[Access]:
 # ------------------------------------------------------------------ the lowerer
 
 
-class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
+class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
     """Builds one kernel function from a concrete program (single use)."""
 
     def __init__(
@@ -717,7 +705,9 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
         raise TypeError(type(e).__name__)
 
     # -- foralls -------------------------------------------------------------------------
-    def iter_of(self, scope: Scope, v: IndexVar):
+    def iter_of(self, scope: Scope, v: IndexVar, slices: bool = True):
+        """The iterator of the loop over ``v`` an access contributes (``slices``: walking a
+        compound subscript's non-empty windows, which only a serial loop can)."""
         def get(a: Access) -> Iter | None:
             decl = self.decls[a.tensor]
             if decl.role == "temp" or decl.order == 0 or a.tensor == self.result:
@@ -729,68 +719,11 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             if level.has_locate and level.full:
                 return None
             if self.level_var(a, k) != v:
-                sol = self._slicing(scope, a, k, v)
+                sol = self._slicing(scope, a, k, v) if slices else None
                 return None if sol is None else Iter(a, k, v, sol)
             return Iter(a, k, v)
 
         return get
-
-    def _slicing(self, scope: Scope, a: Access, k: int, v: IndexVar) -> Solved | None:
-        """The relation under which the loop over ``v`` walks the non-empty windows of level
-        ``k`` of ``a`` (Liu et al.'s index reduction loop): the level's variable stands for a
-        compound subscript whose variable solved from it spans each window, ``v`` is in it
-        with a positive coefficient, and every other variable of it is bound. None when the
-        level cannot be walked so (it must be ordered, unique and gapless)."""
-        t = self.level_var(a, k)
-        level = self.fmt(a.tensor).levels[k]
-        names = self.names(a.tensor, k)
-        if t in scope.coords or level.full or not (level.ordered and level.unique) or \
-                not level.has_pos_iter or level.has_coord_iter or \
-                level.pos_found(names, Var("p")) is not None:
-            return None
-        for sol in self._solved():
-            sub = sol.subscript
-            if sol.driver != t or sol.var in self.result_vars or sub is None:
-                continue
-            coef = dict((w, c) for c, w in sub.terms)
-            if coef.get(v, 0) > 0 and v != sol.var and all(
-                    w in scope.coords for w in sub.vars if w not in (v, sol.var)):
-                return sol
-        return None
-
-    def _window_of(self, it: Iter, scope: Scope) -> tuple[int, IRExpr, IRExpr]:
-        """``(s, lo, hi)``: offset ``x`` of slice iterator ``it`` has the window
-        ``[s*x + lo, s*x + hi]`` of coordinates (its solved variable over its range)."""
-        sol, v = it.slice, it.var
-        sub = sol.subscript
-        coef = dict((w, c) for c, w in sub.terms)
-        bound = _affine_ir([(c, w) for c, w in sub.terms if w not in (v, sol.var)], sub.const,
-                           scope.coords)
-        reach = mul(Const(abs(coef[sol.var])), Bin("-", self.extent[sol.var], Const(1)))
-        if coef[sol.var] > 0:
-            return coef[v], bound, add(bound, reach)
-        return coef[v], Bin("-", bound, reach), bound
-
-    def _next_window(self, it: Iter, scope: Scope, start: IRExpr) -> list[IRStmt]:
-        """Move slice iterator ``it`` to the first offset from ``start`` whose window holds a
-        stored coordinate, skipping positions no such window holds (subsect_next)."""
-        p, pend = self._iter_names(it)
-        off = self.slice_offsets[it]
-        s, lo, hi = self._window_of(it, scope)
-        level = self._level(it)
-        names = self.names(it.access.tensor, it.level)
-        crd = level.pos_access(names, Var(p), self._ancestors(scope, it.access, it.level))
-        if s == 1:
-            skip = lt(crd, add(start, lo))
-            first = Max((start, Bin("-", crd, hi)))
-        else:
-            num = Bin("-", crd, hi)  # offsets x >= ceil(num / s) reach crd
-            ceil = Select(Bin(">=", num, Const(0)), Bin("/", add(num, Const(s - 1)), Const(s)),
-                          Un("-", Bin("/", Un("-", num), Const(s))))
-            first = Max((start, ceil))
-            skip = Bin(">", add(mul(Const(s), first), lo), crd)
-        return [While(conj([lt(Var(p), Var(pend)), skip]), block(IRAssign(Var(p), Const(1), "+="))),
-                If(lt(Var(p), Var(pend)), block(IRAssign(Var(off), first)))]
 
     def _locatable(self, it: Iter) -> bool:
         return self.fmt(it.access.tensor).levels[it.level].has_locate
@@ -892,42 +825,14 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             del self.window[f.var]
             self.short_windows.discard(f.var)
 
-    def _solution_window(self, f: Forall, scope: Scope) -> tuple[IRExpr, IRExpr] | None:
-        """The coordinates ``[lo, hi)`` of a compound subscript's variable ``t`` that keep a
-        variable solved from it inside its range, once the solution's other loops are bound:
-        a pooling window ``t in [2w, 2w + |q|)`` for ``q = t - 2w`` (Liu et al.'s index
-        resolve loop). The operands' levels walked by ``t`` are cut by binary search; None
-        when there is no such window or a level cannot be cut by coordinate."""
-        v = f.var
-        if v in self.window:
-            return None
-        for sol in self._solved():
-            if sol.driver != v or sol.var in scope.coords or \
-                    any(w not in scope.coords for w in sol.loops if w != v):
-                continue
-            for a in _stmt_accesses(f.body):
-                fmt = self.fmt(a.tensor)
-                for k, level in enumerate(fmt.levels):
-                    if self.level_var(a, k) == v and not level.full and not (
-                            level.ordered and level.unique and not level.has_coord_iter
-                            and level.pos_found(self.names(a.tensor, k), Var("p")) is None):
-                        return None
-            # sol.var = (sign * v + rest) / divisor lies in [0, extent)
-            sign = sol.terms[0][0]  # v's coefficient: +1 or -1
-            others = [(-sign * c, w) for c, w in sol.terms if w != v]
-            first = _affine_ir(others, -sign * sol.const, scope.coords)  # v's bound at 0
-            span = mul(Bin("-", self.extent[sol.var], Const(1)), Const(sol.divisor))
-            lo, hi = (first, add(first, span)) if sign > 0 else (Bin("-", first, span), first)
-            return Max((lo, Const(0))), Min((add(hi, Const(1)), self.extent[v]))
-        return None
-
     def _lower_walk(self, f: Forall, scope: Scope) -> list[IRStmt]:
         collapsed = self._collapsed_loop(f, scope)
         if collapsed is not None:
             return collapsed
         v = f.var
         vname = self.var(v)
-        lattice = build_lattice(value_expr(f.body, self.reducers), self.iter_of(scope, v),
+        lattice = build_lattice(value_expr(f.body, self.reducers),
+                                self.iter_of(scope, v, f.unit == "NotParallel"),
                                 self.absence.fill_of, self.absence.neutral(produced_assign(f.body)))
         lattice = locate_where_possible(lattice, self._locatable)
         iters = lattice.iterators
@@ -1428,33 +1333,8 @@ class Lowerer(DerivedLoops, ParallelAssembly, SparseWorkspaces):
             scope = scope.with_coord(parent, Var(name))
             if parent in self.extent and parent not in scope.bounded:
                 guards.append(lt(Var(name), self.extent[parent]))
-        for sol in self._solved():
-            if sol.var in scope.coords or any(v not in scope.coords for v in sol.loops):
-                continue
-            s, g, value = self._solve(sol, scope)
-            stmts += s
-            guards += g
-            scope = scope.with_coord(sol.var, value)
-        return scope, stmts, guards
-
-    def _solved(self) -> list[Solved]:
-        return [r for r in self.prog.env.relations if isinstance(r, Solved)]
-
-    def _solve(self, sol: Solved, scope: Scope) -> tuple[list[IRStmt], list[IRExpr], IRExpr]:
-        """The coordinate of an index equation's solved variable from its bound loops, with
-        guards that it is a coordinate of its mode (``0 <= v < extent``, an exact quotient)."""
-        total = _affine_ir(sol.terms, sol.const, scope.coords)
-        name = self.var(sol.var)
-        extent = self.extent[sol.var]
-        if sol.divisor == 1:
-            guards = [] if sol.checked else [Bin(">=", Var(name), Const(0)), lt(Var(name), extent)]
-            return [Decl("int64_t", name, total)], guards, Var(name)
-        num = self._unique(f"{name}_num")
-        stmts: list[IRStmt] = [Decl("int64_t", num, total),
-                               Decl("int64_t", name, Bin("/", Var(num), Const(sol.divisor)))]
-        guards = [Bin(">=", Var(num), Const(0)),
-                  eq(Bin("%", Var(num), Const(sol.divisor)), Const(0)), lt(Var(name), extent)]
-        return stmts, guards, Var(name)
+        scope, solved, more = self.recover_solved(scope)
+        return scope, stmts + solved, guards + more
 
     def _case_body(self, restricted: Stmt, scope: Scope, bottoms,
                    present: Mapping[Iter, tuple[IRExpr, IRExpr | None]]) -> list[IRStmt]:

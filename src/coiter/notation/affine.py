@@ -25,13 +25,12 @@ from .ast import (
     Neg,
     Sub,
     Subscript,
-    accesses,
     affine,
     index_vars_of,
     map_accesses,
 )
 
-__all__ = ["Equation", "trivialize", "as_subscript", "subscript_range", "compound"]
+__all__ = ["Equation", "trivialize", "as_subscript", "subscript_range"]
 
 
 @dataclass(frozen=True)
@@ -132,7 +131,3 @@ def _linear(e: Expr) -> tuple[dict[IndexVar, int], int] | None:
         return terms, a[1] + sign * b[1]
     return None
 
-
-def compound(a: Assignment) -> bool:
-    """Whether any access of ``a`` has a compound subscript."""
-    return any(not isinstance(s, IndexVar) for x in accesses(a.rhs) + [a.lhs] for s in x.indices)

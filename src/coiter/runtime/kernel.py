@@ -147,6 +147,7 @@ class StorageKernel:
         padding: bool = False,
         extents: Mapping[str, int] | None = None,
         count_iterations: bool = False,
+        gather: tuple[str, ...] = (),
     ) -> None:
         if workspace not in (AUTO, *policy_names()):
             raise FormatError(f"unknown workspace {workspace!r}: choose one of "
@@ -158,6 +159,8 @@ class StorageKernel:
         self.padding = padding
         # sizes of index variables given by name (a pooling window's, which no operand has)
         self.extents = {IndexVar(n): int(e) for n, e in (extents or {}).items()}
+        # result variables whose compound subscripts are walked per output, not scattered
+        self.gather = tuple(gather)
         # C kernels count their loop iterations; the count of the last call
         self.count_iterations = count_iterations
         self.iterations: int | None = None
@@ -232,7 +235,8 @@ class StorageKernel:
                 levels[k] = levels[k].with_extent(extent)
                 formats[name] = Format(levels, fmt.ordering, fmt.layout)
             prog = concretize(self.plain, formats, all_dtypes, rt, workspace,
-                              equations=self.equations, padded=self.padding)
+                              equations=self.equations, padded=self.padding,
+                              gather=frozenset(IndexVar(n) for n in self.gather))
             for command in commands:
                 prog = apply_command(prog, command)
             self._programs[key] = prog
@@ -390,7 +394,8 @@ class StorageKernel:
                                       workspace_memory=self.workspace_memory,
                                       padding=self.padding,
                                       extents={v.name: e for v, e in self.extents.items()},
-                                      count_iterations=self.count_iterations).run(
+                                      count_iterations=self.count_iterations,
+                                      gather=self.gather).run(
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.plain.lhs.indices)
