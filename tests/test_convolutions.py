@@ -370,20 +370,25 @@ def test_equations_that_would_solve_each_other_are_refused() -> None:
 
 
 def test_gathered_rows_run_in_parallel() -> None:
-    """``gather=["x"]`` walks the input's rows per output row (``r`` solved from ``xr``), so
-    the loop over ``x`` writes rows of its own and runs on threads; scattering (the
-    default) has no loop over ``x`` to share out."""
+    """A 2-D convolution walks the input's rows per output row by default (``r`` solved
+    from ``xr``), so the loop over ``x`` writes rows of its own and runs on threads;
+    scattering every mode (``gather=()``) has no loop over ``x`` to share out."""
     expr = "O(n,x,y,k) = I(n,x+r-1,y+q-1,c) * F(r,q,c,k)"
     rng = np.random.default_rng(13)
     x, f = random_array(rng, (1, 9, 8, 3), 0.3), rng.standard_normal((3, 3, 3, 4))
-    kern = coiter.compile(expr, {"I": "dsss"}, padding=True, gather=["x"],
+    kern = coiter.compile(expr, {"I": "dsss"}, padding=True,
                           schedule="parallelize(x,CPUThread,NoRaces)")
-    assert "r = " in str(kern.concrete) and "omp parallel for" in kern.source
+    assert "r = " in str(kern.concrete) and "y = " in str(kern.concrete)
+    assert "omp parallel for" in kern.source
     subs = [({"n": 1}, 0), ({"x": 1, "r": 1}, -1), ({"y": 1, "q": 1}, -1), ({"c": 1}, 0)]
     expected = reference(["n", "x", "y", "k"], [(x, subs), (f, [({v: 1}, 0) for v in "rqck"])],
                          {"n": 1, "x": 9, "y": 8, "k": 4, "r": 3, "q": 3, "c": 3})
     check(kern(I=tensor(x, "dsss"), F=f, threads=2), expected)
     with pytest.raises(coiter.ScheduleError):
-        coiter.compile(expr, {"I": "dsss"}, padding=True, schedule="parallelize(x,CPUThread,NoRaces)")
+        coiter.compile(expr, {"I": "dsss"}, padding=True, gather=(),
+                       schedule="parallelize(x,CPUThread,NoRaces)")
+    scattered = coiter.compile(expr, {"I": "dsss"}, padding=True, gather=())
+    assert "x = " in str(scattered.concrete)
+    check(scattered(I=tensor(x, "dsss"), F=f), expected)
     with pytest.raises(ArgumentError, match="gather must list index variables"):
         coiter.compile(expr, gather=["z"])

@@ -102,7 +102,7 @@ def compile(
     padding: bool = False,
     extents: Mapping[str, int] | None = None,
     count_iterations: bool = False,
-    gather: Sequence[str] = (),
+    gather: Sequence[str] | None = None,
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
@@ -128,9 +128,10 @@ def compile(
     instruments the C kernel to count its loop iterations (``kernel.iterations`` after a
     single-threaded call): its work, for complexity checks. A sparse operand read through a
     compound subscript is scattered into the result (``O(i) = I(i+k)``: each stored input
-    adds to the outputs it reaches); result variables named in ``gather`` are walked per
-    output instead (each output reads its window: slower on one thread, but those loops
-    write their own outputs and can run in parallel).
+    adds to the outputs it reaches), except the outermost spatial mode of a 2-D or 3-D
+    convolution, walked per output row; ``gather`` lists the result variables walked per
+    output instead (each reads its window; those loops write their own outputs and can run
+    in parallel), ``gather=()`` scatters all.
     """
     a, aliases = _prepare(_as_assignment(assignment))
     if formats is not None and not isinstance(formats, Mapping):
@@ -158,7 +159,7 @@ def compile(
         if not isinstance(value, bool):
             raise ArgumentError(f"{flag} must be True or False, got {value!r}")
     names = {v.name for x in [a.lhs, *accesses(a.rhs)] for v in x.index_vars}
-    if isinstance(gather, str) or any(g not in names for g in gather):
+    if gather is not None and (isinstance(gather, str) or any(g not in names for g in gather)):
         raise ArgumentError(f"gather must list index variables of {a}, got {gather!r}")
     for name, size in (extents or {}).items():
         if name not in names:
@@ -171,7 +172,7 @@ def compile(
                             f"got {workspace_memory!r}")
     kernel = Kernel(StorageKernel(a, fmts, check_dtype(dtype or np.float64), aliases, commands, target,
                                   fast_math, workspace, workspace_memory, padding, extents,
-                                  count_iterations, tuple(gather)))
+                                  count_iterations, None if gather is None else tuple(gather)))
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel

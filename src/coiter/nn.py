@@ -54,6 +54,16 @@ def _affine(terms: Sequence[tuple[int, str]], const: int = 0) -> str:
     return out + (f"{const:+d}" if const else "")
 
 
+def _aligned(a: np.ndarray, align: int = 64) -> np.ndarray:
+    """A C-contiguous copy of ``a`` starting at a cache line: the kernels load rows of the
+    filter as vectors, and a row split across lines costs up to a quarter of the time."""
+    raw = np.empty(a.size * a.itemsize + align, dtype=np.uint8)
+    skip = -raw.ctypes.data % align
+    out = raw[skip:skip + a.size * a.itemsize].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 def _access(name: str, batch: str, channel: str, spatial: list[str], channels_last: bool) -> str:
     modes = [batch, *spatial, channel] if channels_last else [batch, channel, *spatial]
     return f"{name}({','.join(modes)})"
@@ -62,7 +72,7 @@ def _access(name: str, batch: str, channel: str, spatial: list[str], channels_la
 @lru_cache(maxsize=256)
 def _kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
             extents: tuple[tuple[str, int], ...], schedule: str | None,
-            gather: tuple[str, ...] = ()) -> Kernel:
+            gather: tuple[str, ...] | None = None) -> Kernel:
     return compile_kernel(text, dict(formats), padding=padding, extents=dict(extents),
                           schedule=schedule, gather=gather)
 
@@ -71,9 +81,9 @@ def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
          out_format: FormatLike | None, padding: bool, extents: dict[str, int],
          threads: int | None, schedule: str | None = None) -> Tensor:
     """Compile ``text`` for the operands' formats (cached) and run it. With more than one
-    thread the rows of the first spatial mode are walked per output row (``gather``) and
-    run in parallel, where the kernel has that loop (a batch of one image has nothing else
-    to share out); one thread scatters each stored input (less work)."""
+    thread the rows of the first spatial mode are walked per output row (``gather``, the
+    default for 2-D and 3-D) and run in parallel, where the kernel has that loop (a batch of
+    one image has nothing else to share out)."""
     formats = {n: t.format.to_string() for n, t in operands.items()}
     if out_format is not None:
         formats["O"] = as_format(out_format, len(out_shape)).to_string()
@@ -130,8 +140,7 @@ def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: A
     # the filter with taps outermost and output channels innermost: each input entry scales
     # a contiguous row of it into the outputs (a sparse filter keeps its own layout)
     if F.format.is_dense:
-        F = Tensor.from_numpy(np.ascontiguousarray(np.moveaxis(F.to_numpy(), (0, 1), (-1, -2))),
-                              name="F")
+        F = Tensor.from_numpy(_aligned(np.moveaxis(F.to_numpy(), (0, 1), (-1, -2))), name="F")
         filt = f"F({','.join(tap_vars)},c,{chan_out})"
     else:
         filt = f"F({chan_out},c,{','.join(tap_vars)})"
@@ -358,7 +367,7 @@ def submanifold_conv(input: Any, weight: Any, bias: Any = None, dilation: Any = 
         raise ShapeError(f"mask has shape {M.shape}, the input's sites {I.shape[:-1]}")
     # filter taps outermost, channels then outputs innermost: each neighbour's features
     # meet a contiguous block of the filter
-    F = np.ascontiguousarray(np.moveaxis(W, (0, 1), (-1, -2)))
+    F = _aligned(np.moveaxis(W, (0, 1), (-1, -2)))
     out_vars, tap_vars = list(_SPATIAL[:dims]), list(_TAPS[:dims])
     reads = [_affine([(1, out_vars[m]), (d[m], tap_vars[m])], -d[m] * (taps[m] // 2))
              for m in range(dims)]

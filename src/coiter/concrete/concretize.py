@@ -196,7 +196,7 @@ def concretize(
     reserved: frozenset[str] = frozenset(),
     equations: tuple[Equation, ...] = (),
     padded: bool = False,
-    gather: frozenset[IndexVar] = frozenset(),
+    gather: frozenset[IndexVar] | None = None,
 ) -> ConcreteProgram:
     """Turn an assignment whose reductions are explicit into concrete index notation.
 
@@ -207,7 +207,8 @@ def concretize(
     transposed operands) take names outside ``formats`` and ``reserved``. ``equations``
     define the variables of compound subscripts (:mod:`coiter.notation.affine`); with
     ``padded`` they may leave their modes, so every solved coordinate is guarded;
-    ``gather`` names result variables whose subscripts are walked per output, not scattered.
+    ``gather`` names result variables whose subscripts are walked per output, not scattered
+    (None: the default choice, :func:`coiter.concrete.equations.default_gather`).
     """
     lhs = assignment.lhs
     terms = _sequenced_terms(assignment, formats)
@@ -384,7 +385,7 @@ def _signed_product(x: Expr, y: Expr) -> Expr:
 def _sequence(assignment: Assignment, terms: list[Expr], formats: Mapping[str, Format],
               dtypes: Mapping[str, np.dtype], result_dtype: np.dtype, workspace: str,
               equations: tuple[Equation, ...], padded: bool,
-              gather: frozenset[IndexVar]) -> ConcreteProgram:
+              gather: frozenset[IndexVar] | None) -> ConcreteProgram:
     """``sequence(A = t1, sequence(A += t2, ...))``: each term concretized on its own (lowered
     in time linear in the number of terms), later ones adding into a dense result, which a
     sparse result format is converted from afterwards (held to the memory cap per call)."""
@@ -481,7 +482,7 @@ class _LoopPlan:
 
 def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
                 reserved: frozenset[str] = frozenset(), equations: tuple[Equation, ...] = (),
-                padded: bool = False, gather: frozenset[IndexVar] = frozenset()) -> _LoopPlan:
+                padded: bool = False, gather: frozenset[IndexVar] | None = None) -> _LoopPlan:
     """Rewrite accesses through layouts, lift nested reductions and order the loops.
 
     An operand seen through its layout's levels cannot be transposed; where the order

@@ -112,7 +112,7 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
     # (value -1) must not be one a specialised variant exists for
     fixed: list[int] = []
     extents = {(name, k): extent for name, k, extent in var.fixed}
-    for name, k in core.specializable():
+    for name, k in core.specializable:
         mode = core.formats[name].ordering[k]
         word = rshape[mode] if name == core.result else offsets[name][0] + mode
         fixed += [word, extents.get((name, k), -1)]

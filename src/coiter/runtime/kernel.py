@@ -9,6 +9,7 @@ calls variants through the C call path (:mod:`coiter.runtime.callplan`) when it 
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import weakref
 from dataclasses import dataclass, replace
@@ -147,7 +148,7 @@ class StorageKernel:
         padding: bool = False,
         extents: Mapping[str, int] | None = None,
         count_iterations: bool = False,
-        gather: tuple[str, ...] = (),
+        gather: tuple[str, ...] | None = None,
     ) -> None:
         if workspace not in (AUTO, *policy_names()):
             raise FormatError(f"unknown workspace {workspace!r}: choose one of "
@@ -160,7 +161,8 @@ class StorageKernel:
         # sizes of index variables given by name (a pooling window's, which no operand has)
         self.extents = {IndexVar(n): int(e) for n, e in (extents or {}).items()}
         # result variables whose compound subscripts are walked per output, not scattered
-        self.gather = tuple(gather)
+        # (None: concretize's default choice)
+        self.gather = None if gather is None else tuple(gather)
         # C kernels count their loop iterations; the count of the last call
         self.count_iterations = count_iterations
         self.iterations: int | None = None
@@ -236,7 +238,8 @@ class StorageKernel:
                 formats[name] = Format(levels, fmt.ordering, fmt.layout)
             prog = concretize(self.plain, formats, all_dtypes, rt, workspace,
                               equations=self.equations, padded=self.padding,
-                              gather=frozenset(IndexVar(n) for n in self.gather))
+                              gather=None if self.gather is None else
+                              frozenset(IndexVar(n) for n in self.gather))
             for command in commands:
                 prog = apply_command(prog, command)
             self._programs[key] = prog
@@ -299,6 +302,7 @@ class StorageKernel:
             self._variants[key] = var
         return var
 
+    @functools.cached_property
     def specializable(self) -> tuple[tuple[str, int], ...]:
         """(tensor, level) of the levels variants may fix the extent of: inner levels (not
         the first) with a fixed-extent form, in C kernels with a sparse operand (loops over
@@ -314,7 +318,7 @@ class StorageKernel:
         """The specialisable levels of these tensor shapes with at most SPECIALIZE_EXTENT
         coordinates, with their extents."""
         fixed = []
-        for name, k in self.specializable():
+        for name, k in self.specializable:
             extent = shapes[name][self.formats[name].ordering[k]]
             if 0 < extent <= SPECIALIZE_EXTENT:
                 fixed.append((name, k, extent))
