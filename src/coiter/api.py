@@ -121,8 +121,10 @@ def compile(
     chooses per call, ``"dense"``, or a sparse policy (``"hash"``, ``"coord"``,
     ``"bucket"``); no dense workspace takes more than ``workspace_memory`` bytes
     (default: ``COITER_WORKSPACE_MEMORY``, else a quarter of the machine's memory).
-    ``padding=True`` lets compound subscripts (``I(i+k-1)``) read outside their operand's
-    mode, where it is zero (torch's zero padding); otherwise that is a ShapeError.
+    ``padding=True`` lets compound subscripts (``I(i+k-1)``) reach outside their operand's
+    mode; the terms reading there are skipped: zero padding in a convolution's sum of
+    products, never counted by a pooling min/max (docs/convolutions.md); otherwise that is a
+    ShapeError.
     ``extents`` sizes index variables by name (``{"r": 2}``: a pooling window no operand
     sizes); operands and the result must agree with them. ``count_iterations=True``
     instruments the C kernel to count its loop iterations (``kernel.iterations`` after a

@@ -4,11 +4,11 @@ or dense inputs.
 Each function writes the index expression with compound subscripts
 (docs/convolutions.md), compiles it for the operands' formats (cached) and runs it:
 ``conv2d(x, w, stride=2, padding=1)`` computes
-``O(n,k,h,w) = I(n,c,2*h+r-1,2*w+q-1) * F(k,c,r,q)``. Inputs are NumPy arrays or
-:class:`coiter.Tensor` in any format (a sparse input costs time proportional to its
-stored entries); filters likewise. Layouts are torch's (``N, C, spatial...``; weights
-``K, C/groups, taps...``) unless ``channels_last=True`` (``N, spatial..., C``). Results
-are dense unless ``out_format`` names a sparse format.
+``O(n,k,x,y) = I(n,c,2*x+r-1,2*y+q-1) * F(r,q,c,k)`` (the filter copied taps first).
+Inputs are NumPy arrays or :class:`coiter.Tensor` in any format (a sparse input costs time
+proportional to its stored entries); filters likewise. Layouts are torch's
+(``N, C, spatial...``; weights ``K, C/groups, taps...``) unless ``channels_last=True``
+(``N, spatial..., C``). Results are dense unless ``out_format`` names a sparse format.
 """
 from __future__ import annotations
 

@@ -251,9 +251,10 @@ def concretize(
         decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp", reducer=t.op)
 
     # --- whole-RHS reduction: temporary (gather) or accumulation (scatter) ------------------
-    # a result variable computed from loops (a transposed convolution's O(2*i+k)) takes
-    # several iterations' values: they add up
-    accumulate = any(s.var in free for s in lp.solved)
+    # a result variable computed from loops (a transposed convolution's O(2*i+k), a
+    # scattered input) takes several iterations' values: they add up (one computed in order
+    # within a window takes each value once)
+    accumulate = any(s.var in free and not s.windowed for s in lp.solved)
     env = Env(relations=plan.relations + lp.solved)
     if top_reduced:
         if not any(f in derived for f in free) and all(
@@ -516,10 +517,9 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
                                {s.var: s.loops for s in solved})
         required: list[Edge] = [(f, r) for t in temps for f in _loop_vars(t.free, derived)
                                 for r in t.reduced]
-        # a reduced variable solved from a walked subscript: the loop over the subscript's
-        # variable walks a window, placed by the other loops (which come first)
-        required += [(w, s.driver) for s in solved if s.driver is not None and s.var not in free
-                     for w in s.loops if w != s.driver]
+        # a variable solved within a window (a reduced one, or an appended result's): the
+        # loop over the subscript's variable walks it, placed by the other loops (first)
+        required += [(w, s.driver) for s in solved if s.windowed for w in s.loops if w != s.driver]
         operands = _operand_accesses(body, temps)
         order = choose_order(all_vars, [(a, layouts.formats[a.tensor]) for a in operands],
                              (lhs, result_fmt), required, {s.var: s.loops for s in solved})

@@ -38,10 +38,25 @@ def _walked(v: IndexVar, accs: Sequence[Access], formats: Mapping[str, Format]) 
     return False
 
 
+def _blocks(v: IndexVar, eq: Equation, accs: Sequence[Access], formats: Mapping[str, Format]) -> bool:
+    """Whether ``v`` cannot be computed from ``eq``'s other variables: an access has ``v``
+    above a level it must walk by one of them (``B(i,j)`` with ``j`` compressed needs ``i``
+    before the loop over ``j``, so ``i = (ij - j) / 2`` would come too late)."""
+    others = {eq.var, *eq.subscript.vars} - {v}
+    for a in accs:
+        fmt = formats[a.tensor]
+        k = _level_of(a, fmt, v)
+        if k is not None and any(not fmt.levels[m].has_locate and a.indices[fmt.ordering[m]] in others
+                                 for m in range(k + 1, len(fmt.levels))):
+            return True
+    return False
+
+
 def _appended(lhs: Access, fmt: Format, v: IndexVar) -> bool:
-    """Whether the result appends the level ``v`` indexes (entries must come in order)."""
-    k = _level_of(lhs, fmt, v)
-    return k is not None and fmt.levels[k].has_append
+    """Whether the result indexed by ``v`` appends entries (which must come in order, so
+    ``v`` cannot be computed from coordinates that arrive in any order): ``v`` indexes a
+    level of it and some level of it appends."""
+    return _level_of(lhs, fmt, v) is not None and any(level.has_append for level in fmt.levels)
 
 
 def _scatters(eq: Equation, lhs: Access, summed: frozenset[IndexVar]) -> IndexVar | None:
@@ -93,29 +108,34 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
             out.append(Solved(eq.var, sub.terms, sub.const, 1, checked))
             taken.update((eq.var, *sub.vars))
             continue
-        free = [(c, v) for c, v in sub.terms if v not in taken and not _walked(v, operands, formats)]
+        free = [(c, v) for c, v in sub.terms if v not in taken and not _walked(v, operands, formats)
+                and not _blocks(v, eq, operands, formats)]
         results = set(lhs.indices)
         rfmt = formats[lhs.tensor]
         # scatter: solve for a result variable when the others are results or summed over
         # (a sparse result is appended in order: its loops walk the input's windows instead)
         scatter = [(c, v) for c, v in free if v in results and not _appended(lhs, rfmt, v)
                    and all(w == v or w in results or w in summed for w in sub.vars)]
-        # gather: solve for a reduced variable, walking the subscript's window per result
-        gathers = [(c, v) for c, v in free if v not in results]
+        # gather: solve for a reduced variable, walking the subscript's window per result;
+        # or for an appended result variable that grows with the walked one once the
+        # subscript's other variables (results stored above it) are bound: in order
+        path = [lhs.indices[m] for m in rfmt.ordering]
+        in_order = [(c, v) for c, v in free if v in results and c > 0 and _appended(lhs, rfmt, v)
+                    and all(w == v or (w in path and path.index(w) < path.index(v))
+                            for w in sub.vars)]
+        gathers = [(c, v) for c, v in free if v not in results] + in_order
         gathers.sort(key=lambda cv: abs(cv[0]) != 1)
         if not scatter and not gathers:
             raise FormatError(
-                f"{eq.where}: every variable of the compound subscript {sub} drives a sparse "
-                "loop; store one of the tensors it indexes densely")
-        if any(v in gather for _, v in scatter):
+                f"{eq.where}: no variable of the compound subscript {sub} can be computed from "
+                "the others (sparse operands walk them, or the sparse result needs its entries "
+                "in order); store the operand or the result densely")
+        if gathers and any(v in gather for _, v in scatter):
             scatter = []
         c, v = (scatter or gathers)[0]
         sign = 1 if c > 0 else -1
         terms = ((sign, eq.var),) + tuple((-sign * d, w) for d, w in sub.terms if w != v)
-        if _appended(lhs, rfmt, v):
-            raise FormatError(f"{eq.where}: the result {lhs.tensor} is written at {v} = "
-                              f"{eq.var} - ..., computed from {eq.where}'s stored coordinates "
-                              "in no order; store the result densely")
-        out.append(Solved(v, terms, -sign * sub.const, abs(c), driver=eq.var, subscript=sub))
+        out.append(Solved(v, terms, -sign * sub.const, abs(c), driver=eq.var, subscript=sub,
+                          windowed=not scatter))
         taken.update((eq.var, *sub.vars))
     return tuple(out)

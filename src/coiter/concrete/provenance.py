@@ -184,6 +184,8 @@ class Solved(Relation):
     checked: bool = False
     driver: IndexVar | None = None
     subscript: Any = None  # the compound subscript (an Affine) ``driver`` stands for
+    # the loop over ``driver`` walks a window placed by the other loops, which come first
+    windowed: bool = False
 
     @property
     def loops(self) -> tuple[IndexVar, ...]:

@@ -198,8 +198,12 @@ class ParallelAssembly:
                     out.append(_Buffer(self.names(self.result, nxt.head).array(arr), itype, g,
                                        add(mul(cap, mult), Const(1)), mult, 1, zeroed=True))
             else:
+                # values a statement adds to (+=) must start at zero, like those of dense
+                # levels below the last appended one
+                adds = any(isinstance(st, Assign) and st.lhs.tensor == self.result and st.accumulate
+                           for st in walk_stmts(self.prog.stmt))
                 out.append(_Buffer(self.vals(self.result), self.vtype[self.result], g, mul(cap, mult),
-                                   mult, 0, zeroed=mult != Const(1)))
+                                   mult, 0, zeroed=mult != Const(1) or adds))
         return out
 
 

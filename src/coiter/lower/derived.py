@@ -191,6 +191,10 @@ class DerivedLoops:
         inner, stmts = self._recover_up(v, inner, before, scope.with_coord(v, lo), tagged or cut)
         guards, self.guards = self.guards, outer_guards
         body += stmts
+        # compound subscripts' variables computed from the loops bound now
+        inner, solved, more = self.recover_solved(inner)
+        body += solved
+        guards = guards + more
         rest = self._derived_body(f.body, inner)
         body += [If(conj(guards), block(rest))] if guards and rest else rest
         return before + [self._for(f, vname, lo, hi, body, scope)]

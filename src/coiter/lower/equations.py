@@ -122,7 +122,9 @@ class EquationLoops:
             return None
         for sol in self._solved():
             sub = sol.subscript
-            if sol.driver != t or sol.var in self.result_vars or sub is None:
+            # a min or max sees every coordinate of the window, inside the operand or not
+            if sol.driver != t or sol.var in self.result_vars or sub is None or \
+                    t in self.nonsum_loops:
                 continue
             coef = dict((w, c) for c, w in sub.terms)
             if coef.get(v, 0) > 0 and v != sol.var and all(

@@ -385,6 +385,11 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
         self.views: dict[Iter, _SortedScratch] = {}
         self.fused: set[Iter] = set()  # non-unique iterators walked entry by entry
         self.slice_offsets: dict[Iter, str] = {}  # slice iterators' current offsets
+        # loops reducing into a min/max/prod/any/all temporary
+        self.nonsum_loops = frozenset(
+            f.var for w in walk_stmts(prog.stmt) if isinstance(w, Where)
+            and self.reducers.get(produced_assign(w.producer).lhs.tensor, "sum") != "sum"
+            for f in walk_stmts(w.producer) if isinstance(f, Forall))
         self.result_vars = frozenset(v for st in walk_stmts(prog.stmt) if isinstance(st, Assign)
                                      and st.lhs.tensor == prog.result for v in st.lhs.indices)
         self.prov = Provenance(prog.env.relations)
@@ -1188,6 +1193,9 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
     def _result_levels_at(self, body: Stmt, scope: Scope, v: IndexVar):
         """Result append groups whose head (resp. bottom) level is indexed by ``v`` here."""
         heads, bottoms = [], []
+        # a result variable solved in order from a walked subscript's variable is appended
+        # by the loop over that variable (O(i,j) = B(i+j): j = ij - i grows with ij)
+        walked_by = {s.var: s.driver for s in self._solved() if s.windowed}
         for a in _lhs_accesses(body):
             if a.tensor != self.result:
                 continue
@@ -1195,9 +1203,10 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
             for g in self.groups:
                 if g.head < k:
                     continue
-                if g.head == k and self.level_var(a, g.head) == v:
+                head, bottom = (self.level_var(a, m) for m in (g.head, g.members[-1]))
+                if g.head == k and walked_by.get(head, head) == v:
                     heads.append((a, g))
-                if self.level_var(a, g.members[-1]) == v:
+                if walked_by.get(bottom, bottom) == v:
                     bottoms.append((a, g))
         return heads, bottoms
 

@@ -18,19 +18,22 @@ from .ast import (
     Affine,
     Assignment,
     Coordinate,
+    Div,
     Expr,
     IndexVar,
     Literal,
     Mul,
     Neg,
+    Reduction,
     Sub,
     Subscript,
     affine,
+    children,
     index_vars_of,
     map_accesses,
 )
 
-__all__ = ["Equation", "trivialize", "as_subscript", "subscript_range"]
+__all__ = ["Equation", "trivialize", "as_subscript", "subscript_range", "padding_refusal"]
 
 
 @dataclass(frozen=True)
@@ -131,3 +134,56 @@ def _linear(e: Expr) -> tuple[dict[IndexVar, int], int] | None:
         return terms, a[1] + sign * b[1]
     return None
 
+
+
+def padding_refusal(a: Assignment) -> str | None:
+    """Why ``a`` (reductions explicit) cannot read outside its operands, or None.
+
+    Lowering skips the terms whose compound subscript leaves its mode. That is zero padding
+    where the read is a factor of the product a sum adds up (a convolution) or the whole
+    body of a min or max (pooling, where the outside never counts, as in torch); skipping a
+    read that is added to other terms would drop them too, so those are refused. The term
+    a subscript belongs to is the body of the innermost reduction over one of its variables
+    (the whole right-hand side when there is none)."""
+
+    def visit(e: Expr, scopes: tuple[Reduction | None, ...]) -> str | None:
+        if isinstance(e, Access):
+            for sub in e.indices:
+                if isinstance(sub, Affine):
+                    owner = next((r for r in reversed(scopes) if r is not None
+                                  and r.var in sub.vars), None)
+                    body = a.rhs if owner is None else owner.body
+                    if not _factor(e, body, owner.op if owner is not None else "sum"):
+                        return (f"{e} may read outside {e.tensor} (padding=True), where it would "
+                                "be skipped, but it is not a factor of the product a sum adds up "
+                                "nor the whole body of a min or max")
+            return None
+        inner = scopes + ((e,) if isinstance(e, Reduction) else ())
+        for c in children(e):
+            why = visit(c, inner)
+            if why is not None:
+                return why
+        return None
+
+    return visit(a.rhs, (None,))
+
+
+def _factor(x: Access, body: Expr, op: str) -> bool:
+    """Whether ``x`` is skipped exactly where ``body`` would be zero (a sum's term) or the
+    reduction's identity (the whole body of min/max)."""
+    if op in ("min", "max"):  # the read itself, maybe under more reductions of the same op
+        return body is x or (isinstance(body, Reduction) and body.op == op
+                             and _factor(x, body.body, op))
+    if op != "sum":
+        return False
+    if body is x:
+        return True
+    if isinstance(body, Neg):
+        return _factor(x, body.operand, op)
+    if isinstance(body, Mul):
+        return _factor(x, body.a, op) or _factor(x, body.b, op)
+    if isinstance(body, Div):
+        return _factor(x, body.a, op)
+    if isinstance(body, Reduction) and body.op == "sum":
+        return _factor(x, body.body, op)
+    return False

@@ -23,7 +23,7 @@ from ..concrete.commands import Command
 from ..concrete.concretize import concretize
 from ..concrete.schedule import apply as apply_command
 from ..concrete.stmt import ConcreteProgram
-from ..errors import FormatError, KernelError, ShapeError
+from ..errors import ArgumentError, FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..ir.count import SUPPORT, counted
 from ..formats.storage import INT32_MAX, Storage
@@ -31,7 +31,7 @@ from ..lower.intrinsics import computable
 from ..lower.ism import WORKSPACE_KEY_ERROR
 from ..lower.lower import BOUND_ERROR, PATTERN_ERROR, KernelIR, ParamSpec, lower
 from ..notation.ast import Assignment, IndexVar, accesses
-from ..notation.affine import subscript_range, trivialize
+from ..notation.affine import padding_refusal, subscript_range, trivialize
 from ..notation.functions import computation_dtype
 from ..notation.reductions import insert_reductions
 from ..formats.workspaces import DENSE, policy_names
@@ -156,7 +156,10 @@ class StorageKernel:
         self.assignment = assignment
         # compound subscripts as fresh variables and their equations (I(i+k): I(t), t = i+k);
         # with ``padding`` they may read outside their mode, where the operand is zero
-        self.plain, self.equations = trivialize(insert_reductions(assignment))
+        explicit = insert_reductions(assignment)
+        self.plain, self.equations = trivialize(explicit)
+        if padding and (why := padding_refusal(explicit)) is not None:
+            raise ArgumentError(why)
         self.padding = padding
         # sizes of index variables given by name (a pooling window's, which no operand has)
         self.extents = {IndexVar(n): int(e) for n, e in (extents or {}).items()}
@@ -190,6 +193,7 @@ class StorageKernel:
         self.orders[self.result] = len(assignment.lhs.indices)
         self._programs: dict[tuple, ConcreteProgram] = {}
         self._variants: dict[tuple, Variant] = {}
+        self._result_formats: dict[int, Format] = {}
 
     def keyword(self, name: str) -> str:
         """The keyword an operand is passed under."""
@@ -562,15 +566,18 @@ class StorageKernel:
 
     def result_format(self, var: Variant) -> Format:
         """The format of the result Storage ``var`` builds: its program's, with the levels
-        it was specialised on as the kernel declares them."""
-        fmt = var.prog.tensors[self.result].format
-        fixed = [k for name, k, _ in var.fixed if name == self.result]
-        if not fixed:
-            return fmt
-        levels = list(fmt.levels)
-        for k in fixed:
-            levels[k] = self.formats[self.result].levels[k]
-        return Format(levels, fmt.ordering, fmt.layout)
+        it was specialised on as the kernel declares them (built once per variant)."""
+        fmt = self._result_formats.get(id(var))
+        if fmt is None:
+            fmt = var.prog.tensors[self.result].format
+            fixed = [k for name, k, _ in var.fixed if name == self.result]
+            if fixed:
+                levels = list(fmt.levels)
+                for k in fixed:
+                    levels[k] = self.formats[self.result].levels[k]
+                fmt = Format(levels, fmt.ordering, fmt.layout)
+            self._result_formats[id(var)] = fmt  # variants live as long as the kernel
+        return fmt
 
     def finish(self, var: Variant, rc: int, vals: np.ndarray | None,
                arrays: tuple[np.ndarray, ...] | None, rshape: tuple[int, ...],
