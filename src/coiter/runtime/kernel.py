@@ -362,8 +362,8 @@ class StorageKernel:
         """Extents of variables only compound subscripts give (the largest that keeps the
         subscript inside its mode: a "valid" convolution's output), and ShapeError for a
         subscript that leaves its mode when ``padding`` is off. With ``padding`` the inferred
-        extent reads as far past the mode's end as the subscript starts before it
-        (symmetric zero padding: torch's output size)."""
+        extent reaches as far past the mode's end as the subscript starts before it
+        (symmetric padding: torch's output size)."""
         for eq in self.equations:
             missing = [(c, v) for c, v in eq.subscript.terms if v not in dims]
             if len(missing) == 1 and missing[0][0] > 0:
@@ -382,8 +382,8 @@ class StorageKernel:
                     lo < 0 or hi >= dims[eq.var]):
                 raise ShapeError(
                     f"subscript {eq.subscript} of {eq.where} ranges over [{lo}, {hi}] but the "
-                    f"mode has size {dims[eq.var]}; compile with padding=True to read zeros "
-                    "outside it")
+                    f"mode has size {dims[eq.var]}; compile with padding=True to let it reach "
+                    "outside (zero padding)")
 
     # -- running -------------------------------------------------------------------------
     def run(self, storages: Mapping[str, Storage], mode: str = "fused", pattern: Storage | None = None,
