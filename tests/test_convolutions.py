@@ -548,3 +548,19 @@ def test_variable_needed_above_a_walked_level_is_not_solved() -> None:
     a, b = random_array(rng, (9,), 0.5), rng.standard_normal((3, 3))
     got = coiter.compile("O(i,j) = A(2*i+j) * B(i,j)", {"A": "s"})(A=tensor(a, "s"), B=b)
     check(got, np.array([[a[2 * i + j] * b[i, j] for j in range(3)] for i in range(3)]))
+
+
+@pytest.mark.parametrize("out", ["ss", "ds"])
+def test_sparse_2d_result_rows_see_windows_past_their_range(out: str) -> None:
+    """The rows a thread assembles cut the input's rows by coordinate, but a row's window
+    reaches the rows below it (regression: the last output row lost the input's last rows,
+    on one thread too)."""
+    x = np.zeros((6, 3))
+    x[[0, 0, 1, 2, 3, 5], [1, 2, 1, 1, 2, 2]] = [3.0, 4.0, 4.0, 4.0, 2.0, 3.0]
+    f = np.arange(1.0, 5.0).reshape(2, 2)
+    kern = coiter.compile("O(h,w) = I(h+r,w+q) * F(r,q)", {"I": "ss", "O": out})
+    expected = reference(["h", "w"], [(x, [({"h": 1, "r": 1}, 0), ({"w": 1, "q": 1}, 0)]),
+                                      (f, [({"r": 1}, 0), ({"q": 1}, 0)])],
+                         {"h": 5, "w": 2, "r": 2, "q": 2})
+    for threads in (1, 2):
+        check(kern(I=tensor(x, "ss"), F=f, threads=threads), expected)

@@ -862,7 +862,9 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
             begin, end = level.pos_bounds(names, parent, self._ancestors(scope, it.access, it.level))
             if parent.may_fail:  # the parent's locate missed: nothing to walk
                 begin, end = (Select(Bin(">=", parent.lo, Const(0)), x, Const(0)) for x in (begin, end))
-            if v in self.window:
+            # (a subsection iterator's coordinates are offsets: it skips to the window's
+            # start itself, and its positions reach past the window's end)
+            if v in self.window and it.slice is None:
                 begin, end = self._window_bounds(it, begin, end, scope, out)
             bounds[it] = (begin, end)
             out += level.iter_init(names)
