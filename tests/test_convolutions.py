@@ -482,21 +482,29 @@ def test_random_compound_expressions(text: str, padding: bool, data, seed: int) 
     mean zeros, operands that cannot be walked) or matches the grid evaluation."""
     from coiter.notation.reductions import insert_reductions
 
+    from coiter.notation.affine import subscript_range
+
     rng = np.random.default_rng(seed)
     a = insert_reductions(parse(text))
     orders = {x.tensor: len(x.indices) for x in accesses_of(a)}
-    arrays = {n: random_array(rng, tuple(data.draw(st.integers(1, 6)) for _ in range(k)),
-                              data.draw(st.sampled_from([0.2, 0.6, 1.0]))) for n, k in orders.items()}
+    extents = {v.name: data.draw(st.integers(1, 8))
+               for v in sorted({v for x in [a.lhs, *accesses_of(a)] for v in x.index_vars}, key=str)}
+    # operands cover their subscripts' ranges, or fall short of them by up to two (padding)
+    arrays: dict[str, np.ndarray] = {}
+    for x in accesses_of(a):
+        shape = tuple(extents[s.name] if isinstance(s, IndexVar) else max(1, subscript_range(
+            s, {IndexVar(n): e for n, e in extents.items()})[1] + 1 - data.draw(st.integers(0, 2)))
+            for s in x.indices)
+        arrays.setdefault(x.tensor, random_array(rng, shape, data.draw(st.sampled_from([0.2, 0.6, 1.0]))))
     formats = {n: "".join(data.draw(st.sampled_from("ds")) for _ in range(k)) for n, k in orders.items()}
     out_format = "".join(data.draw(st.sampled_from("ds")) for _ in a.lhs.indices)
-    extents = {v.name: data.draw(st.integers(1, 5))
-               for v in sorted({v for x in [a.lhs, *accesses_of(a)] for v in x.index_vars}, key=str)}
     rshape = tuple(extents[s.name] if isinstance(s, IndexVar) else
                    sum(max(0, c * (extents[v.name] - 1)) for c, v in s.terms) + s.const + 1
                    for s in a.lhs.indices)
     try:
         kern = coiter.compile(text, {**formats, "O": out_format}, padding=padding, extents=extents)
-        got = kern.run({n: tensor(arrays[n], formats[n]) for n in orders}, rshape)
+        got = kern.run({n: tensor(arrays[n], formats[n]) for n in orders}, rshape,
+                       threads=data.draw(st.integers(1, 2)))
     except (FormatError, ShapeError, ArgumentError):
         return
     check(got, _expected(a, arrays, extents, rshape))
@@ -564,3 +572,18 @@ def test_sparse_2d_result_rows_see_windows_past_their_range(out: str) -> None:
                          {"h": 5, "w": 2, "r": 2, "q": 2})
     for threads in (1, 2):
         check(kern(I=tensor(x, "ss"), F=f, threads=threads), expected)
+
+
+def test_solutions_computed_from_solutions() -> None:
+    """``k = jk - j`` walks A's window, then C is read at ``ik = i + k``: a subscript
+    computed from a solved variable (regression: the loop order found no start)."""
+    rng = np.random.default_rng(17)
+    a, b, c = random_array(rng, (2, 6), 0.6), rng.standard_normal(4), random_array(rng, (5, 3), 0.6)
+    kern = coiter.compile("O(i,j) = A(i,j+k) * B(k) - C(i+k,j)", {"A": "ss", "C": "dd", "O": "ss"})
+    got = kern.run({"A": tensor(a, "ss"), "B": b, "C": c}, (2, 3))
+    expected = np.array([[sum(a[i, j + k] * b[k] - c[i + k, j] for k in range(4) if j + k < 6)
+                          for j in range(3)] for i in range(2)])
+    check(got, expected)
+    with pytest.raises(FormatError, match=r"C\(i\+k,j\): its storage order conflicts"):
+        coiter.compile("O(i,j) = A(i,j+k) * B(k) - C(i+k,j)", {"A": "ss", "C": "ds", "O": "ss"},
+                       extents={"i": 1, "j": 3, "k": 11}).concrete

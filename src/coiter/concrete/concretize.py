@@ -129,6 +129,25 @@ class _Lifter:
         return with_children(e, [self.lift(c) for c in children(e)])
 
 
+def _written(a: Access, equations: tuple[Equation, ...]) -> str:
+    """``a`` as the user wrote it (its compound subscripts instead of their variables)."""
+    written = {eq.var: str(eq.subscript) for eq in equations}
+    return f"{a.tensor}({','.join(written.get(v, str(v)) for v in a.indices)})"
+
+
+def _solved_loops(solved: tuple[Solved, ...]) -> dict[IndexVar, tuple[IndexVar, ...]]:
+    """The loop variables each solved variable is computed from, through the solutions it
+    uses (``ik = i + k`` with ``k = jk - j`` needs ``i``, ``jk`` and ``j``)."""
+    direct = {s.var: s.loops for s in solved}
+
+    def expand(v: IndexVar, seen: frozenset) -> tuple[IndexVar, ...]:
+        if v not in direct or v in seen:
+            return (v,)
+        return tuple(dict.fromkeys(w for u in direct[v] for w in expand(u, seen | {v})))
+
+    return {v: expand(v, frozenset()) for v in direct}
+
+
 def _driven(reduced: tuple[IndexVar, ...], solved: tuple[Solved, ...]) -> tuple[IndexVar, ...]:
     """``reduced`` with each variable solved from a walked subscript variable replaced by
     that variable (its loop)."""
@@ -499,7 +518,8 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
         top_reduced, top_body = _peel(rhs)
         solved = solve_equations(equations, accesses(rhs), lhs, layouts.formats, not padded,
                                  frozenset(top_reduced), gather)
-        derived.update({s.var: s.loops for s in solved})
+        loops_of = _solved_loops(solved)
+        derived.update(loops_of)
         lifter.derived = derived
         lifter.solved = solved
         # a summed variable solved from a subscript's walked variable: the sum walks that
@@ -514,7 +534,7 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
         all_vars = _storage_order_first([v for v in all_vars if v not in derived],
                                         [a for a in accesses(rhs) if a.tensor in layouts.expanded])
         all_vars = _dense_last(all_vars, accesses(rhs) + [lhs], layouts.formats,
-                               {s.var: s.loops for s in solved})
+                               loops_of)
         required: list[Edge] = [(f, r) for t in temps for f in _loop_vars(t.free, derived)
                                 for r in t.reduced]
         # a variable solved within a window (a reduced one, or an appended result's): the
@@ -522,7 +542,14 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
         required += [(w, s.driver) for s in solved if s.windowed for w in s.loops if w != s.driver]
         operands = _operand_accesses(body, temps)
         order = choose_order(all_vars, [(a, layouts.formats[a.tensor]) for a in operands],
-                             (lhs, result_fmt), required, {s.var: s.loops for s in solved})
+                             (lhs, result_fmt), required, loops_of)
+        for idx, _ in order.transposed:
+            a = operands[idx]
+            if any(v in loops_of for v in a.indices):
+                # the equations were solved for its storage order
+                raise FormatError(f"{_written(a, equations)}: its storage order conflicts "
+                                  "with the loops its compound subscripts need; store it with "
+                                  "its modes in another order")
         stuck = {operands[idx].tensor for idx, _ in order.transposed} & layouts.expanded
         if not stuck:
             return _LoopPlan(layouts, lifter, body, temps, top_reduced, derived, operands, order,

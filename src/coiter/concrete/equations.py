@@ -108,8 +108,10 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
             out.append(Solved(eq.var, sub.terms, sub.const, 1, checked))
             taken.update((eq.var, *sub.vars))
             continue
+        solved = {s.var for s in out}  # a solution is computed from loops, not solutions
         free = [(c, v) for c, v in sub.terms if v not in taken and not _walked(v, operands, formats)
-                and not _blocks(v, eq, operands, formats)]
+                and not _blocks(v, eq, operands, formats)
+                and not any(w in solved for w in sub.vars if w != v)]
         results = set(lhs.indices)
         rfmt = formats[lhs.tensor]
         # scatter: solve for a result variable when the others are results or summed over

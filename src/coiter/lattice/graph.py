@@ -106,6 +106,8 @@ def choose_order(
             edges += mine
     order = _topological(vars_, edges)
     rank = {v: n for n, v in enumerate(order)}
+    # a solved variable is known once the last of its loops is
+    rank.update({v: max(rank[w] for w in loops) for v, loops in solved.items()})
     transposed = []
     for idx in dropped:
         acc, fmt = operands[idx]
