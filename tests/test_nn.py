@@ -202,3 +202,14 @@ def test_submanifold_conv_keeps_the_input_sites(dims: int) -> None:
     check(nn.submanifold_conv(x, w, mask=mask), expected - np.where(expected != 0, b, 0))
     with pytest.raises(ShapeError, match="odd taps"):
         nn.submanifold_conv(x, w[..., :2])
+
+
+@pytest.mark.parametrize("fmt", ["dsss", "coo"])
+def test_channels_last_max_pool_with_sparse_channels(fmt: str) -> None:
+    """A max sees every tap of a channel; channels stored sparse below the spatial levels are
+    re-stored densely first (regression: the kernel was refused for its storage order)."""
+    rng = np.random.default_rng(6)
+    x = random_array(rng, (1, 3, 7, 6), 0.3)
+    last = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    got = nn.max_pool2d(tensor(last, fmt), 2, 2, channels_last=True)
+    check(got, np.moveaxis(np_pool(x, "max", (2, 2), (2, 2), (0, 0), (1, 1)), 1, -1))

@@ -197,6 +197,11 @@ def _pool(dims: int, op: str, input: Any, kernel_size: Any, stride: Any, padding
     I = as_tensor(input, name="I")
     if I.order != dims + 2:
         raise ShapeError(f"{op}_pool{dims}d takes an input of order {dims + 2}, got {I.order}")
+    if op == "max" and channels_last and not I.format.levels[-1].full:
+        # a max sees every tap of a channel: channels walked below the spatial windows would
+        # have to be walked outside them, so they are stored densely (as point-cloud
+        # features are)
+        I = I.asformat(_site_format(I.order))
     taps = _tuple(kernel_size, dims, "kernel_size", 1)
     s = taps if stride is None else _tuple(stride, dims, "stride", 1)
     p, d = _tuple(padding, dims, "padding", 0), _tuple(dilation, dims, "dilation", 1)
