@@ -88,14 +88,23 @@ def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
     if out_format is not None:
         formats["O"] = as_format(out_format, len(out_shape)).to_string()
     key = (text, tuple(sorted(formats.items())), padding, tuple(sorted(extents.items())))
-    kernel = _kernel(*key, schedule)
+    kernel = None
     if (threads if threads is not None else os.cpu_count() or 1) > 1:
-        rows = f"parallelize({_SPATIAL[0]},CPUThread,NoRaces)"
-        try:
-            kernel = _kernel(*key, f"{schedule},{rows}" if schedule else rows, (_SPATIAL[0],))
-        except ScheduleError:  # no such loop, or its iterations would share outputs
-            pass
-    return kernel.run(operands, out_shape, threads)
+        kernel = _row_parallel_kernel(*key, schedule)
+    return (kernel or _kernel(*key, schedule)).run(operands, out_shape, threads)
+
+
+@lru_cache(maxsize=256)
+def _row_parallel_kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
+                         extents: tuple[tuple[str, int], ...], schedule: str | None) -> Kernel | None:
+    """The kernel with the first spatial mode's output rows on threads, or None (cached
+    too) when it has no such loop or its iterations would share outputs."""
+    rows = f"parallelize({_SPATIAL[0]},CPUThread,NoRaces)"
+    try:
+        return _kernel(text, formats, padding, extents, f"{schedule},{rows}" if schedule else rows,
+                       (_SPATIAL[0],))
+    except ScheduleError:
+        return None
 
 
 def _with_bias(out: Tensor, bias: Any, channels: int, dims: int, channels_last: bool) -> Tensor:
@@ -110,19 +119,36 @@ def _with_bias(out: Tensor, bias: Any, channels: int, dims: int, channels_last: 
     return Tensor.from_numpy(out.to_numpy() + b.reshape(shape), name=out.name)
 
 
+def _operands(name: str, dims: int, input: Any, weight: Any, groups: int, channels_last: bool
+              ) -> tuple[Tensor, Tensor, int, int, tuple[int, ...]]:
+    """Input and weight as Tensors of order ``dims + 2``, checked with ``groups``; the
+    batch, the input channels and the spatial shape."""
+    I, F = as_tensor(input, name="I"), as_tensor(weight, name="F")
+    if I.order != dims + 2 or F.order != dims + 2:
+        raise ShapeError(f"{name} takes an input and a weight of order {dims + 2}, got "
+                         f"{I.order} and {F.order}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
+    channels = I.shape[-1] if channels_last else I.shape[1]
+    spatial = I.shape[1:-1] if channels_last else I.shape[2:]
+    return I, F, I.shape[0], channels, tuple(spatial)
+
+
+def _channels(groups: int, cg: int, kg: int) -> tuple[str, str]:
+    """Subscripts of the input and output channels: ``c`` and ``k``, or within groups of
+    ``cg`` and ``kg`` channels ``cg*g+c`` and ``kg*g+k`` (nothing is reshaped)."""
+    if groups == 1:
+        return "c", "k"
+    return _affine([(cg, "g"), (1, "c")]), _affine([(kg, "g"), (1, "k")])
+
+
 def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
           dilation: Any, groups: int, channels_last: bool, out_format: FormatLike | None,
           threads: int | None) -> Tensor:
-    I, F = as_tensor(input, name="I"), as_tensor(weight, name="F")
-    if I.order != dims + 2 or F.order != dims + 2:
-        raise ShapeError(f"conv{dims}d takes an input and a weight of order {dims + 2}, got "
-                         f"{I.order} and {F.order}")
+    I, F, n, channels, spatial = _operands(f"conv{dims}d", dims, input, weight, groups,
+                                           channels_last)
     s, p, d = (_tuple(v, dims, w, lo) for v, w, lo in
                ((stride, "stride", 1), (padding, "padding", 0), (dilation, "dilation", 1)))
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
-    n, channels = I.shape[0], I.shape[-1] if channels_last else I.shape[1]
-    spatial = I.shape[1:-1] if channels_last else I.shape[2:]
     k_out, cg, taps = F.shape[0], F.shape[1], F.shape[2:]
     if channels % groups or k_out % groups or cg * groups != channels:
         raise ShapeError(f"{channels} input channels and {k_out} filters in {groups} groups need a "
@@ -134,9 +160,7 @@ def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: A
                          f"than the dilated filter {tuple(taps)} with padding {p}")
     out_vars, tap_vars = list(_SPATIAL[:dims]), list(_TAPS[:dims])
     reads = [_affine([(s[m], out_vars[m]), (d[m], tap_vars[m])], -p[m]) for m in range(dims)]
-    grouped = groups > 1
-    chan_in = _affine([(cg, "g"), (1, "c")]) if grouped else "c"
-    chan_out = _affine([(kg, "g"), (1, "k")]) if grouped else "k"
+    chan_in, chan_out = _channels(groups, cg, kg)
     # the filter with taps outermost and output channels innermost: each input entry scales
     # a contiguous row of it into the outputs (a sparse filter keeps its own layout)
     if F.format.is_dense:
@@ -146,7 +170,7 @@ def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: A
         filt = f"F({chan_out},c,{','.join(tap_vars)})"
     text = (f"{_access('O', 'n', chan_out, out_vars, channels_last)} = "
             f"{_access('I', 'n', chan_in, reads, channels_last)} * {filt}")
-    extents = {"g": groups, "k": kg} if grouped else {}
+    extents = {"g": groups, "k": kg} if groups > 1 else {}
     out_shape = (n, *sizes, k_out) if channels_last else (n, k_out, *sizes)
     out = _run(text, {"I": I, "F": F}, out_shape, out_format, any(p), extents, threads)
     return _with_bias(out, bias, k_out, dims, channels_last)
@@ -155,17 +179,11 @@ def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: A
 def _conv_transpose(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
                     output_padding: Any, groups: int, dilation: Any, channels_last: bool,
                     out_format: FormatLike | None, threads: int | None) -> Tensor:
-    I, F = as_tensor(input, name="I"), as_tensor(weight, name="F")
-    if I.order != dims + 2 or F.order != dims + 2:
-        raise ShapeError(f"conv_transpose{dims}d takes an input and a weight of order {dims + 2}, "
-                         f"got {I.order} and {F.order}")
+    I, F, n, channels, spatial = _operands(f"conv_transpose{dims}d", dims, input, weight,
+                                           groups, channels_last)
     s, p, d, op = (_tuple(v, dims, w, lo) for v, w, lo in
                    ((stride, "stride", 1), (padding, "padding", 0), (dilation, "dilation", 1),
                     (output_padding, "output_padding", 0)))
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
-    n, channels = I.shape[0], I.shape[-1] if channels_last else I.shape[1]
-    spatial = I.shape[1:-1] if channels_last else I.shape[2:]
     c_in, kg, taps = F.shape[0], F.shape[1], F.shape[2:]
     if c_in != channels or channels % groups:
         raise ShapeError(f"{channels} input channels in {groups} groups need a weight of shape "
@@ -178,13 +196,11 @@ def _conv_transpose(dims: int, input: Any, weight: Any, bias: Any, stride: Any, 
                          "smaller than the stride or the dilation)")
     in_vars, tap_vars = list(_SPATIAL[:dims]), list(_TAPS[:dims])
     writes = [_affine([(s[m], in_vars[m]), (d[m], tap_vars[m])], -p[m]) for m in range(dims)]
-    grouped = groups > 1
-    chan_in = _affine([(cg, "g"), (1, "c")]) if grouped else "c"
-    chan_out = _affine([(kg, "g"), (1, "k")]) if grouped else "k"
+    chan_in, chan_out = _channels(groups, cg, kg)
     text = (f"{_access('O', 'n', chan_out, writes, channels_last)} = "
             f"{_access('I', 'n', chan_in, in_vars, channels_last)} * "
             f"F({chan_in},k,{','.join(tap_vars)})")
-    extents = {"g": groups, "c": cg} if grouped else {}
+    extents = {"g": groups, "c": cg} if groups > 1 else {}
     k_out = kg * groups
     out_shape = (n, *sizes, k_out) if channels_last else (n, k_out, *sizes)
     out = _run(text, {"I": I, "F": F}, out_shape, out_format, True, extents, threads)

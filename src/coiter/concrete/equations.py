@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 from ..errors import FormatError
 from ..formats.format import Format
 from ..notation.affine import Equation
-from ..notation.ast import Access, IndexVar
+from ..notation.ast import Access, Affine, IndexVar
 from .provenance import Solved
 
 
@@ -59,13 +59,18 @@ def _appended(lhs: Access, fmt: Format, v: IndexVar) -> bool:
     return _level_of(lhs, fmt, v) is not None and any(level.has_append for level in fmt.levels)
 
 
+def _scatters_into(v: IndexVar, sub: Affine, results: set[IndexVar],
+                   summed: frozenset[IndexVar]) -> bool:
+    """Whether solving ``sub`` for result variable ``v`` scatters: its other variables are
+    results or summed over (every value of them adds into the result)."""
+    return v in results and all(w == v or w in results or w in summed for w in sub.vars)
+
+
 def _scatters(eq: Equation, lhs: Access, summed: frozenset[IndexVar]) -> IndexVar | None:
     """The result variable ``eq`` would be solved for by scattering, if any."""
     results = set(lhs.indices)
-    for _, v in eq.subscript.terms:
-        if v in results and all(w == v or w in results or w in summed for w in eq.subscript.vars):
-            return v
-    return None
+    return next((v for _, v in eq.subscript.terms if _scatters_into(v, eq.subscript, results, summed)),
+                None)
 
 
 def default_gather(equations: Sequence[Equation], operands: Sequence[Access], lhs: Access,
@@ -117,8 +122,8 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
         rfmt = formats[lhs.tensor]
         # scatter: solve for a result variable when the others are results or summed over
         # (a sparse result is appended in order: its loops walk the input's windows instead)
-        scatter = [(c, v) for c, v in free if v in results and not _appended(lhs, rfmt, v)
-                   and all(w == v or w in results or w in summed for w in sub.vars)]
+        scatter = [(c, v) for c, v in free if _scatters_into(v, sub, results, summed)
+                   and not _appended(lhs, rfmt, v)]
         # gather: solve for a reduced variable, walking the subscript's window per result;
         # or for an appended result variable that grows with the walked one once the
         # subscript's other variables (results stored above it) are bound: in order

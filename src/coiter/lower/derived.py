@@ -54,6 +54,13 @@ def ceil_div(a: IRExpr, b: IRExpr) -> IRExpr:
     return Bin("/", add(a, _sub(b, Const(1))), b)
 
 
+def cut_by_coordinate(level, names) -> bool:
+    """Whether a window of coordinates cuts ``level``'s positions into one run (found by
+    binary search): it is ordered, unique and gapless and walks positions."""
+    return level.ordered and level.unique and not level.has_coord_iter and \
+        level.pos_found(names, Var("p")) is None
+
+
 class DerivedLoops:
     """Mixin of :class:`coiter.lower.lower.Lowerer` for loops over derived variables."""
 
@@ -365,8 +372,7 @@ class DerivedLoops:
         lo, hi = self.window[it.var]
         level = self.fmt(it.access.tensor).levels[it.level]
         names = self.names(it.access.tensor, it.level)
-        if not (level.ordered and level.unique) or level.has_coord_iter or \
-                level.pos_found(names, Var("p")) is not None:
+        if not cut_by_coordinate(level, names):
             raise ScheduleError(f"split of {it.var}: {it.access.tensor}'s level {it.level + 1} ({level}) "
                                 "must be ordered, unique and gapless to be cut by coordinate")
         base = f"p{self.cn[it.access.tensor]}{it.level + 1}"

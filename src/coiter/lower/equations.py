@@ -14,6 +14,7 @@ is computed from loops over the others. This mixin of the lowerer
 """
 from __future__ import annotations
 
+from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from ..concrete.provenance import Solved
@@ -23,6 +24,7 @@ from ..ir.nodes import (
     add, block, conj, eq, lt, mul,
 )
 from ..lattice.lattice import Iter
+from .derived import cut_by_coordinate
 from ..notation.ast import Access, IndexVar
 
 if TYPE_CHECKING:
@@ -45,8 +47,10 @@ def affine_ir(terms: Iterable[tuple[int, IndexVar]], const: int,
 class EquationLoops:
     """Solved variables, solution windows and subsection iterators (mixed into Lowerer)."""
 
-    def _solved(self) -> list[Solved]:
-        return [r for r in self.prog.env.relations if isinstance(r, Solved)]
+    @cached_property
+    def solved(self) -> tuple[Solved, ...]:
+        """The program's index-equation solutions (read by every case of every loop)."""
+        return tuple(r for r in self.prog.env.relations if isinstance(r, Solved))
 
     def _solve(self, sol: Solved, scope: Scope) -> tuple[list[IRStmt], list[IRExpr], IRExpr]:
         """The coordinate of an index equation's solved variable from its bound loops, with
@@ -69,7 +73,7 @@ class EquationLoops:
         guards."""
         stmts: list[IRStmt] = []
         guards: list[IRExpr] = []
-        for sol in self._solved():
+        for sol in self.solved:
             if sol.var in scope.coords or any(v not in scope.coords for v in sol.loops):
                 continue
             s, g, value = self._solve(sol, scope)
@@ -87,16 +91,15 @@ class EquationLoops:
         v = f.var
         if v in self.window:
             return None
-        for sol in self._solved():
+        for sol in self.solved:
             if sol.driver != v or sol.var in scope.coords or \
                     any(w not in scope.coords for w in sol.loops if w != v):
                 continue
             for a in self._accesses_of(f.body):
                 fmt = self.fmt(a.tensor)
                 for k, level in enumerate(fmt.levels):
-                    if self.level_var(a, k) == v and not level.full and not (
-                            level.ordered and level.unique and not level.has_coord_iter
-                            and level.pos_found(self.names(a.tensor, k), Var("p")) is None):
+                    if self.level_var(a, k) == v and not level.full and \
+                            not cut_by_coordinate(level, self.names(a.tensor, k)):
                         return None
             # sol.var = (sign * v + rest) / divisor lies in [0, extent)
             sign = sol.terms[0][0]  # v's coefficient: +1 or -1
@@ -116,11 +119,10 @@ class EquationLoops:
         t = self.level_var(a, k)
         level = self.fmt(a.tensor).levels[k]
         names = self.names(a.tensor, k)
-        if t in scope.coords or level.full or not (level.ordered and level.unique) or \
-                not level.has_pos_iter or level.has_coord_iter or \
-                level.pos_found(names, Var("p")) is not None:
+        if t in scope.coords or level.full or not level.has_pos_iter or \
+                not cut_by_coordinate(level, names):
             return None
-        for sol in self._solved():
+        for sol in self.solved:
             sub = sol.subscript
             # a min or max sees every coordinate of the window, inside the operand or not
             if sol.driver != t or sol.var in self.result_vars or sub is None or \

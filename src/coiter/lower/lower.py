@@ -1005,7 +1005,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
             readers = [x for x in _stmt_accesses(inner) + list(_lhs_accesses(inner)) if outer in x.indices]
             if any(x != a and not (x.tensor == self.result and shares) for x in readers) or \
                     outer in _coordinates_read(inner) or \
-                    any(outer in sol.loops for sol in self._solved()):
+                    any(outer in sol.loops for sol in self.solved):
                 break
             chain.append(inner)
         levels = [fmt.levels[k + n] for n in range(len(chain))]
@@ -1197,7 +1197,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
         heads, bottoms = [], []
         # a result variable solved in order from a walked subscript's variable is appended
         # by the loop over that variable (O(i,j) = B(i+j): j = ij - i grows with ij)
-        walked_by = {s.var: s.driver for s in self._solved() if s.windowed}
+        walked_by = {s.var: s.driver for s in self.solved if s.windowed}
         for a in _lhs_accesses(body):
             if a.tensor != self.result:
                 continue
@@ -1537,7 +1537,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
                                 self.extent[v] = dim
         # variables only compound subscripts use (a pooling window's) take their extent
         # as a parameter
-        for v in dict.fromkeys(w for sol in self._solved() for w in (sol.var, *sol.loops)):
+        for v in dict.fromkeys(w for sol in self.solved for w in (sol.var, *sol.loops)):
             if v not in self.extent:
                 name = self._unique(f"{self.var(v)}_extent")
                 params.append(ParamSpec("extent", "", array=v.name))
