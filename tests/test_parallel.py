@@ -119,3 +119,17 @@ def test_csf_results_assemble_in_parallel() -> None:
     for mine, theirs in zip(got.levels, serial.storage.levels):
         assert all(np.array_equal(mine[n], theirs[n]) for n in mine)
     np.testing.assert_array_equal(got.vals, serial.storage.vals)
+
+
+@pytest.mark.parametrize("rhs,op", [("A(i,j)+B(i,j)", np.add), ("A(i,j)*B(i,j)", np.multiply)])
+def test_dense_precompute_in_parallel_row_assembly_is_per_thread(rhs: str, op) -> None:
+    # regression: the rows' dense temporary w was one array shared by every thread of the
+    # row-parallel assembly region, so two threads summed into each other's rows
+    a, b = (sp.random_array((3000, 200), density=0.05, format="csr", random_state=s) for s in (1, 2))
+    k = coiter.compile(f"C(i,j) = {rhs}", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       schedule=f"precompute({rhs},j,j,w)")
+    assert "rows in parallel" in k.source
+    reference = op(a.toarray(), b.toarray())
+    A, B = coiter.Tensor.from_scipy(a), coiter.Tensor.from_scipy(b)
+    for threads in (1, 2, 3):
+        np.testing.assert_allclose(k(A=A, B=B, threads=threads).to_numpy(), reference, rtol=1e-12)

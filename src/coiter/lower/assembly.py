@@ -114,9 +114,12 @@ class ParallelAssembly:
                 local += [s for s in allocs if isinstance(s, Decl)]
                 fail += [s for s in allocs if not isinstance(s, Decl)]
         self.window[f.var] = (Var(lo), Var(hi))
+        # the rows run on threads: dense temporaries inside them get a slice per thread
+        self.parallel_depth += 1
         try:
             rows = self.lower_forall(replace(f, unit="NotParallel"), scope)
         finally:
+            self.parallel_depth -= 1
             del self.window[f.var]
         publish = [IRAssign(Load(parts[b.name], Var(tid)), Var(b.name)) for b in buffers]
         publish += [IRAssign(Load(c, Var(tid)), Var(counter)) for counter, c in counts.items()]
