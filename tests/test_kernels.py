@@ -147,6 +147,24 @@ def test_generated_union_code_shape() -> None:
     assert body.count("for (; ") == 2
 
 
+@pytest.mark.parametrize("expr,reference", [
+    ("a(i) = b(i) + c(i) + d(i)", lambda b, c, d: b + c + d),
+    ("a(i) = b(i) * c(i) + d(i)", lambda b, c, d: b * c + d),  # b and d may meet without c
+    ("a(i) = b(i) * c(i) * d(i)", lambda b, c, d: b * c * d),  # some advance without a case
+    ("a(i) = (b(i) + c(i)) * d(i)", lambda b, c, d: (b + c) * d),
+])
+def test_merges_advance_inside_their_cases(expr: str, reference) -> None:
+    # every subset of the three operands is stored at some coordinate
+    rng = rng_for("advance", expr)
+    b, c, d = (random_array(rng, (400,), 0.5) for _ in range(3))
+    source = coiter.compile(expr, formats={"b": "s", "c": "s", "d": "s", "a": "s"}).source
+    body = source.split("coiter_fused")[1]
+    if expr.count("+") == 2:  # a pure union: each case knows which iterators it moves
+        assert "== i))" not in body
+    out = coiter.evaluate(expr, out_format="s", b=tensor(b, "s"), c=tensor(c, "s"), d=tensor(d, "s"))
+    check(out, reference(b, c, d))
+
+
 def test_spgemm_rows_take_every_workspace_sort() -> None:
     """Result rows sized and spread so that ordering the dense workspace's coordinate list
     takes each method: quicksort (few, or spread thin), LSD radix sort with 2 and 3 byte
