@@ -42,6 +42,8 @@ def test_an_array_passed_to_a_call_counts_as_read() -> None:
     ("C(i,j) = A(i,k) * B(k,j)", {"A": "csr", "B": "csr", "C": "dcsr"}, {"A": (40, 30), "B": (30, 50)}, "ik,kj->ij"),
     ("A(i,j,k) = B(i,j,k) * c(k)", {"B": "ssd", "A": "ssd"}, {"B": (20, 30, 5), "c": (5,)}, "ijk,k->ijk"),
     ("A(i,j) = B(i,j) + C(i,j)", {"B": "csr", "C": "csr", "A": "csr"}, {"B": (60, 70), "C": (60, 70)}, "ij,ij->ij"),
+    # products outgrow the hint: each row reserves its room before its loop
+    ("A(i,j) = b(i) * c(j)", {"b": "s", "c": "s", "A": "csr"}, {"b": (60,), "c": (700,)}, "i,j->ij"),
 ])
 def test_grown_results_hold_no_garbage(expr, formats, shapes, spec) -> None:
     """Results that outgrow their first capacity many times over, in a process whose heap

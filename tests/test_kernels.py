@@ -143,26 +143,31 @@ def test_generated_union_code_shape() -> None:
     k = coiter.compile("a(i) = b(i) + c(i)", formats={"b": "s", "c": "s"})
     body = k.source.split("coiter_fused")[1]
     assert body.count("while (") == 1
-    assert "} else if (" in body
+    # one test per iterator, each case advancing the iterators it knows are at i
+    assert "if (ib == i) {\n      if (ic == i) {" in body
+    assert "pb1 += " not in body and "pc1 += " not in body
     assert body.count("for (; ") == 2
 
 
 @pytest.mark.parametrize("expr,reference", [
-    ("a(i) = b(i) + c(i) + d(i)", lambda b, c, d: b + c + d),
-    ("a(i) = b(i) * c(i) + d(i)", lambda b, c, d: b * c + d),  # b and d may meet without c
-    ("a(i) = b(i) * c(i) * d(i)", lambda b, c, d: b * c * d),  # some advance without a case
-    ("a(i) = (b(i) + c(i)) * d(i)", lambda b, c, d: (b + c) * d),
+    ("a(i) = b(i) + c(i) + d(i)", lambda b, c, d, e: b + c + d),
+    ("a(i) = b(i) * c(i) + d(i)", lambda b, c, d, e: b * c + d),  # b and d may meet without c
+    ("a(i) = b(i) * c(i) * d(i)", lambda b, c, d, e: b * c * d),  # some advance without a case
+    ("a(i) = (b(i) + c(i)) * d(i)", lambda b, c, d, e: (b + c) * d),
+    # four iterators: a chain of case tests instead of a decision tree
+    ("a(i) = b(i) + c(i) + d(i) + e(i)", lambda b, c, d, e: b + c + d + e),
+    ("a(i) = b(i) * c(i) + d(i) * e(i)", lambda b, c, d, e: b * c + d * e),
 ])
 def test_merges_advance_inside_their_cases(expr: str, reference) -> None:
-    # every subset of the three operands is stored at some coordinate
+    # every subset of the operands is stored at some coordinate
     rng = rng_for("advance", expr)
-    b, c, d = (random_array(rng, (400,), 0.5) for _ in range(3))
-    source = coiter.compile(expr, formats={"b": "s", "c": "s", "d": "s", "a": "s"}).source
-    body = source.split("coiter_fused")[1]
-    if expr.count("+") == 2:  # a pure union: each case knows which iterators it moves
+    vectors = {n: random_array(rng, (600,), 0.5) for n in "bcde"}
+    formats = {n: "s" for n in "abcde" if f"{n}(i)" in expr}
+    body = coiter.compile(expr, formats=formats).source.split("coiter_fused")[1]
+    if "*" not in expr:  # a pure union: each case knows which iterators it moves
         assert "== i))" not in body
-    out = coiter.evaluate(expr, out_format="s", b=tensor(b, "s"), c=tensor(c, "s"), d=tensor(d, "s"))
-    check(out, reference(b, c, d))
+    ops = {n: tensor(x, "s") for n, x in vectors.items() if f"{n}(i)" in expr}
+    check(coiter.evaluate(expr, out_format="s", **ops), reference(*vectors.values()))
 
 
 def test_spgemm_rows_take_every_workspace_sort() -> None:
