@@ -352,8 +352,41 @@ def test_appended_results_outgrow_or_undershoot_the_first_capacity(expr, formats
 
 
 def test_capacity_hint_is_the_operands_values_at_most_the_dense_size() -> None:
-    from coiter.runtime.kernel import capacity_hint
+    from coiter.runtime.kernel import LAST_ENTRIES_FACTOR, capacity_hint
 
     assert capacity_hint([3, 4], (2, 2)) == 16
     assert capacity_hint([100, 200], (10, 1000)) == 300
     assert capacity_hint([10**6, 10**6], (30, 40)) == 1200
+    # or the last result's entries, when more, up to a multiple of the operands' values
+    assert capacity_hint([100, 200], (10, 1000), last_entries=5000) == 5000
+    assert capacity_hint([100, 200], (1000, 1000), last_entries=10**9) == LAST_ENTRIES_FACTOR * 300
+    assert capacity_hint([100, 200], (30, 40), last_entries=5000) == 1200
+
+
+@pytest.mark.parametrize("plan", [True, False])
+def test_the_last_results_entries_are_the_next_first_capacity(plan, monkeypatch) -> None:
+    """Products larger than their operands, then smaller, then larger again: each call's
+    first capacity is its operands' values or the last result's entries; every result
+    holds the right values and no spare capacity, at 1 and 2 threads, on both paths."""
+    if not plan:
+        monkeypatch.setattr(coiter.kernel, "build_plan", lambda *a, **k: None)
+    rng = np.random.default_rng(11)
+    dense = [random_array(rng, (120, 120), d) for d in (0.3, 0.01, 0.3, 0.0)]
+    for fmt in ("csr", "dcsr", "coo"):
+        k = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": fmt})
+        for a in dense:
+            A = coiter.Tensor.from_numpy(a, format="csr")
+            for threads in (1, 2):
+                got = k(A=A, B=A, threads=threads)
+                np.testing.assert_allclose(got.to_numpy(), a @ a, rtol=1e-12, atol=1e-12)
+                assert got.nnz == got.storage.vals.shape[0]
+
+
+def test_entries_slot_is_the_deepest_appended_coordinates() -> None:
+    from coiter.runtime.kernel import entries_slot
+
+    slots = [(0, "pos"), (0, "crd"), (1, "pos"), (1, "crd"), (-1, "vals")]
+    assert entries_slot(coiter.parse_format("ss"), slots) == 3
+    assert entries_slot(coiter.parse_format("ds"), [(1, "pos"), (1, "crd"), (-1, "vals")]) == 1
+    assert entries_slot(coiter.parse_format("dd"), [(-1, "vals")]) == -1
+    assert entries_slot(coiter.parse_format("ds"), []) == -1  # written over an operand's levels

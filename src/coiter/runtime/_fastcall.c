@@ -56,6 +56,9 @@ enum { RESULT_DENSE = 0, RESULT_ALLOCATED = 1, RESULT_SHARED = 2 };
 
 typedef int (*packed_fn)(const int64_t*);
 
+/* as coiter.runtime.kernel.LAST_ENTRIES_FACTOR */
+#define LAST_ENTRIES_FACTOR 64
+
 typedef struct {
   PyObject* keyword;  /* interned str */
   int kind;
@@ -80,6 +83,9 @@ typedef struct {
   int shared_op, shared_word, shared_levels;  /* RESULT_SHARED: operand, word of its
                               positions in the last shared level, levels shared */
   int64_t gil_work;        /* release the GIL from this much work on */
+  int entries_slot;        /* out slot whose length counts the result's deepest appended
+                              entries (-1: none) */
+  int64_t last_entries;    /* that count in the last result: the next first capacity */
   OpSpec* ops;
   int* params;             /* (source, argument) pairs */
   int* checks;             /* pairs of words that must be equal */
@@ -173,13 +179,14 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   PyObject *finisher, *tensor_type, *storage_type, *rformat, *rname;
   int result_kind, rtypenum, result_int32;
   long long gil_work;
-  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!i(iii)ipO!O!O!LOOOOUL", &fn, &keepalive, &PyTuple_Type, &ops,
+  int entries_slot;
+  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!i(iii)ipO!O!O!LOOOOULi", &fn, &keepalive, &PyTuple_Type, &ops,
                         &PyTuple_Type, &params, &PyTuple_Type, &checks, &PyTuple_Type, &rshape,
                         &PyTuple_Type, &rlevel_mode, &result_kind, &shared_op, &shared_word,
                         &shared_levels, &rtypenum, &result_int32,
                         &PyTuple_Type, &out_typenums, &PyTuple_Type, &out_itemsizes,
                         &PyTuple_Type, &fixed, &special_limit, &finisher, &tensor_type, &storage_type,
-                        &rformat, &rname, &gil_work))
+                        &rformat, &rname, &gil_work, &entries_slot))
     return -1;
   if (!fn) { PyErr_SetString(PyExc_ValueError, "null kernel address"); return -1; }
   if (!PyType_Check(tensor_type) || !PyType_Check(storage_type)) {
@@ -191,6 +198,7 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
       !(p->m_name = slot_of(tensor_type, s_name)) || !(p->m_readers = slot_of(tensor_type, s_readers)))
     return -1;
   p->fn = (packed_fn)(uintptr_t)fn;
+  p->last_entries = 0;
   p->nops = (int)PyTuple_GET_SIZE(ops);
   if (p->nops > MAX_OPS) { PyErr_SetString(PyExc_ValueError, "too many operands"); return -1; }
   p->ops = PyMem_Calloc((size_t)(p->nops > 0 ? p->nops : 1), sizeof(OpSpec));
@@ -262,6 +270,7 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   p->rtypenum = rtypenum;
   p->result_int32 = result_int32;
   p->gil_work = gil_work;
+  p->entries_slot = entries_slot;
   Py_INCREF(keepalive); p->keepalive = keepalive;
   Py_INCREF(finisher); p->finisher = finisher;
   Py_INCREF(tensor_type); p->tensor_type = tensor_type;
@@ -426,8 +435,11 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
     int64_t nvals = w[p->ops[k].offset + p->ops[k].len - 1];
     work += nvals;
   }
-  /* as coiter.runtime.kernel.capacity_hint: every operand's values, at most the dense size */
-  cap_hint = work < size ? work : size;
+  /* as coiter.runtime.kernel.capacity_hint: every operand's values or the last result's
+     entries, at most the dense size */
+  int64_t last = p->last_entries / LAST_ENTRIES_FACTOR > work ? work * LAST_ENTRIES_FACTOR : p->last_entries;
+  cap_hint = work > last ? work : last;
+  cap_hint = cap_hint < size ? cap_hint : size;
   if (cap_hint < 16) cap_hint = 16;
   if (p->result_kind == RESULT_DENSE) {
     if (size <= 0 || size == INT64_MAX) goto not_implemented;  /* empty results: the Python path */
@@ -467,6 +479,8 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
   }
 
   if (p->result_kind == RESULT_ALLOCATED) {
+    if (rc == 0 && p->entries_slot >= 0 && p->entries_slot < p->nout)
+      p->last_entries = out_len[p->entries_slot];
     /* adopt every array first, so that none leaks whatever fails below */
     if (!(arrays = PyTuple_New(p->nout))) goto done;
     for (int k = 0; k < p->nout; k++) {

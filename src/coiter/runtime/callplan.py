@@ -18,7 +18,7 @@ import numpy as np
 
 from ..formats.format import Format
 from ..formats.storage import signature_id
-from .kernel import SPECIALIZE_EXTENT, StorageKernel, Variant, shared_spec
+from .kernel import SPECIALIZE_EXTENT, StorageKernel, Variant, entries_slot, shared_spec
 
 try:
     from . import _fastcall
@@ -136,7 +136,8 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         tuple(rfmt.ordering), kind, shared,
         np.dtype(rdecl.dtype).num, itype == np.int32,
         tuple(t.num for t in out_types), tuple(t.itemsize for t in out_types), tuple(fixed),
-        SPECIALIZE_EXTENT, finisher, tensor_type, storage_type, rfmt, core.result, GIL_WORK)
+        SPECIALIZE_EXTENT, finisher, tensor_type, storage_type, rfmt, core.result, GIL_WORK,
+        entries_slot(rfmt, ir.out_arrays))
 
 
 def _extent_words(core: StorageKernel, offsets: Mapping[str, tuple[int, int, list]]

@@ -112,11 +112,32 @@ def shared_spec(ir: KernelIR) -> ParamSpec | None:
     return next((p for p in ir.params if p.kind == "shared_vals"), None)
 
 
-def capacity_hint(operand_values: Iterable[int], rdims: tuple[int, ...]) -> int:
+# the last result's entries count toward a call's first capacity up to this many times
+# the call's stored operand values (the C call path's LAST_ENTRIES_FACTOR too)
+LAST_ENTRIES_FACTOR = 64
+
+
+def capacity_hint(operand_values: Iterable[int], rdims: tuple[int, ...], last_entries: int = 0) -> int:
     """First capacity of an appended result: the operands' stored values together (a
-    union of them appends no more), at most the dense result's size, at least 16. Pages
-    of the reservation that are never written cost nothing; the kernel trims the rest."""
-    return max(16, min(sum(operand_values), math.prod(rdims)))
+    union of them appends no more) or, when larger, the entries of the kernel's last
+    result (a product may append more: growing copies the arrays and faults in fresh
+    pages, 2,000 page faults per SpGEMM call on bayer10, most of its time), at most the
+    dense result's size, at least 16. Pages of the reservation that are never written
+    cost nothing; the kernel trims the rest. The last result counts up to
+    ``LAST_ENTRIES_FACTOR`` times the operands' values: a call on small operands after
+    one on huge ones reserves no more than that."""
+    work = sum(operand_values)
+    return max(16, min(max(work, min(last_entries, LAST_ENTRIES_FACTOR * work)), math.prod(rdims)))
+
+
+def entries_slot(fmt: Format, out_arrays: Iterable[tuple[int, str]]) -> int:
+    """The out slot of a returned result whose length counts the entries of its deepest
+    appended level (that level's first coordinate array), or -1 when no level appends or
+    the kernel does not return that array (a result over an operand's levels)."""
+    appended = [k for k, level in enumerate(fmt.levels) if level.position_arrays]
+    slots = list(out_arrays)
+    slot = (appended[-1], fmt.levels[appended[-1]].position_arrays[0]) if appended else None
+    return slots.index(slot) if slot in slots else -1
 
 
 def shared_size(operand: Storage, levels: int, rdims: tuple[int, ...]) -> int:
@@ -175,6 +196,8 @@ class StorageKernel:
         self.workspace_memory = workspace_memory
         self.target = target  # "c" or "cuda": the back end of every variant
         self.fast_math = fast_math  # C sums may be reassociated (compiler flags)
+        # entries of the last result the Python path returned (its next first capacity)
+        self.last_entries = 0
         # "auto": searched per operand size class by the autotuner, else fixed commands
         self.tuner: AutoTuner | None = None
         if schedule == "auto":
@@ -536,7 +559,8 @@ class StorageKernel:
                 elif p.kind == "out_len":
                     args[n] = out_len.ctypes.data
                 elif p.kind == "cap_hint":
-                    args[n] = capacity_hint((int(s.vals.shape[0]) for s in storages.values()), rdims)
+                    args[n] = capacity_hint((int(s.vals.shape[0]) for s in storages.values()), rdims,
+                                            self.last_entries)
             elif p.tensor == self.result and p.kind == "dim":
                 args[n] = rdims[p.level]
             else:
@@ -555,6 +579,9 @@ class StorageKernel:
             itype = var.itypes[self.result]
             arrays = tuple(adopt(int(out[k]), int(out_len[k]), rdecl.dtype if slot[0] < 0 else itype)
                            for k, slot in enumerate(ir.out_arrays))
+            slot = entries_slot(rfmt, ir.out_arrays)
+            if rc == 0 and slot >= 0:
+                self.last_entries = int(out_len[slot])
         if ir.mode == "compute":
             pattern = storages[self.result]
             if rc != 0:
