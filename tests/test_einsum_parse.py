@@ -57,8 +57,6 @@ def test_summed_letters_get_innermost_reductions() -> None:
 @pytest.mark.parametrize(
     ("subscripts", "ranks", "column", "fragment"),
     [
-        ("ii", [2], 2, "repeated subscripts within one operand are not supported"),
-        ("ij,jkj->ik", [2, 3], 6, "repeated subscripts within one operand"),
         ("...ij", [3], 1, "ellipsis"),
         ("ij,...->", [2, 1], 4, "ellipsis"),
         ("ij,jk", [2], 4, "name 2 operand(s) but 1"),

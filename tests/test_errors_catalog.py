@@ -29,6 +29,13 @@ def _compute_into_identity() -> coiter.Tensor:
     return k.compute(k.assemble(B=sp.eye(3, format="csr")), B=A)
 
 
+def _diagonal_result() -> None:
+    i = coiter.IndexVar("i")
+    x, d = coiter.Tensor.from_numpy(X, name="x"), coiter.Tensor((3, 3), name="D")
+    d[i, i] = x[i]
+    d.to_numpy()
+
+
 def _file(tmp: Path, name: str, text: str) -> Path:
     path = tmp / name
     path.write_text(text)
@@ -44,8 +51,10 @@ CATALOG: list[tuple[str, Callable[[Path], Any], type, str]] = [
     ("unknown character", lambda t: coiter.parse("y(i) = x(i) $ 2"), ParseError, "'$'"),
     ("missing left-hand side", lambda t: coiter.parse("= x(i)"), ParseError, "'='"),
     ("repeated result index", lambda t: coiter.parse("A(i,i) = B(i,j)"), ParseError, "index variable i"),
-    ("repeated operand index", lambda t: coiter.evaluate("y(i) = B(i,i) * 2", B=np.ones((2, 3))),
-     ParseError, "index variable i in access B"),
+    ("diagonal of unequal modes", lambda t: coiter.evaluate("y(i) = B(i,i) * 2", B=np.ones((2, 3))),
+     ShapeError, "B(i,i) reads a diagonal of modes of sizes 2 and 3"),
+    ("result written on its diagonal (Python DSL)", lambda t: _diagonal_result(),
+     ArgumentError, "the result D(i,i) repeats index i"),
     ("index variable that is not an identifier", lambda t: coiter.index_vars("1a"), ParseError, "'1a'"),
     ("einsum subscripts of another type", lambda t: coiter.einsum(5, A), ArgumentError, "got int"),
     ("einsum output letter unused", lambda t: coiter.einsum("ij,j->k", A, X), ParseError, "'k'"),

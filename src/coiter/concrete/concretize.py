@@ -150,9 +150,12 @@ def _solved_loops(solved: tuple[Solved, ...]) -> dict[IndexVar, tuple[IndexVar, 
 
 def _driven(reduced: tuple[IndexVar, ...], solved: tuple[Solved, ...]) -> tuple[IndexVar, ...]:
     """``reduced`` with each variable solved from a walked subscript variable replaced by
-    that variable (its loop)."""
+    that variable (its loop), and both variables of a diagonal where one is summed (the
+    pair is one index: A(i,i)'s i0 loop sums with i's)."""
     drivers = {s.var: s.driver for s in solved if s.driver is not None}
-    return tuple(dict.fromkeys(drivers.get(v, v) for v in reduced))
+    out = [drivers.get(v, v) for v in reduced]
+    out += [w for s in solved if s.diagonal and set(s.loops) & set(reduced) for w in s.loops]
+    return tuple(dict.fromkeys(out))
 
 
 def _vars_incl_temps(e: Expr, temps: list[_Temp]) -> set[IndexVar]:
@@ -273,7 +276,9 @@ def concretize(
     # a result variable computed from loops (a transposed convolution's O(2*i+k), a
     # scattered input) takes several iterations' values: they add up (one computed in order
     # within a window takes each value once)
-    accumulate = any(s.var in free and not s.windowed for s in lp.solved)
+    # a diagonal's window may hold no entry: below an appended result level, the entry is
+    # appended anyway and must start at zero
+    accumulate = any((s.var in free and not s.windowed) or s.diagonal for s in lp.solved)
     env = Env(relations=plan.relations + lp.solved)
     if top_reduced:
         if not any(f in derived for f in free) and all(
@@ -513,6 +518,13 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
     while True:
         lifter = _Lifter(set(formats) | reserved)
         layouts = expand_layouts(assignment, formats, lifter.fresh, plain)
+        # a diagonal is read from an operand's levels of its two variables: one seen
+        # through a layout (blocked) is converted to a plain format
+        diagonal = {a.tensor for eq in equations if eq.diagonal is not None
+                    for a in accesses(assignment.rhs) if eq.var in a.indices} & layouts.expanded
+        if diagonal - plain:
+            plain |= diagonal
+            continue
         derived: Derived = {s.parent: s.derived() for s in layouts.relations}
         rhs = layouts.assignment.rhs
         top_reduced, top_body = _peel(rhs)
@@ -543,9 +555,11 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
         operands = _operand_accesses(body, temps)
         order = choose_order(all_vars, [(a, layouts.formats[a.tensor]) for a in operands],
                              (lhs, result_fmt), required, loops_of)
+        walked = {s.driver for s in solved if s.driver is not None}
         for idx, _ in order.transposed:
             a = operands[idx]
-            if any(v in loops_of for v in a.indices):
+            # (a window walks a level of it, or a solution reads its loops)
+            if any(v in loops_of or v in walked for v in a.indices):
                 # the equations were solved for its storage order
                 raise FormatError(f"{_written(a, equations)}: its storage order conflicts "
                                   "with the loops its compound subscripts need; store it with "

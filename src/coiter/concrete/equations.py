@@ -92,6 +92,17 @@ def default_gather(equations: Sequence[Equation], operands: Sequence[Access], lh
     return frozenset({min(scattering, key=path.index)})
 
 
+def _diagonal(eq: Equation, operands: Sequence[Access], formats: Mapping[str, Format]) -> Solved:
+    """A diagonal ``A(i,i)`` (``eq``: ``i0 = i``) whose deeper level is walked: the loop over
+    that level's variable walks a window of one coordinate, the other variable's (by binary
+    search where the level allows), through ``eq.offset`` = their difference in [0, 1)."""
+    a = next(x for x in operands if eq.var in x.indices)
+    fmt = formats[a.tensor]
+    inner, outer = sorted((eq.var, eq.diagonal), key=lambda v: -(_level_of(a, fmt, v) or 0))
+    return Solved(eq.offset, ((1, inner), (-1, outer)), 0, 1, driver=inner,
+                  subscript=Affine(((1, outer), (1, eq.offset)), 0), windowed=True, diagonal=True)
+
+
 def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], lhs: Access,
                     formats: Mapping[str, Format], checked: bool,
                     summed: frozenset[IndexVar],
@@ -107,7 +118,9 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
     taken: set[IndexVar] = set()  # solved already, or a loop an earlier solution needs
     for eq in equations:
         sub = eq.subscript
-        if not _walked(eq.var, operands, formats):
+        # computed from the subscript's loops, unless an operand walks one of them below
+        # eq.var (CSC's A(i,i): i's loop must come after the one over eq.var's level)
+        if not _walked(eq.var, operands, formats) and not _blocks(eq.var, eq, operands, formats):
             if _appended(lhs, formats[lhs.tensor], eq.var):
                 raise FormatError(f"{eq.where}: the result is written at {sub}, computed "
                                   "from the loops in no order; store the result densely")
@@ -133,6 +146,10 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
                             for w in sub.vars)]
         gathers = [(c, v) for c, v in free if v not in results] + in_order
         gathers.sort(key=lambda cv: abs(cv[0]) != 1)
+        if not scatter and not gathers and eq.diagonal is not None:
+            out.append(_diagonal(eq, operands, formats))
+            taken.update((eq.var, *sub.vars))
+            continue
         if not scatter and not gathers:
             raise FormatError(
                 f"{eq.where}: no variable of the compound subscript {sub} can be computed from "

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..errors import ArgumentError
 from .ast import (
     Access,
     Add,
@@ -44,9 +45,17 @@ class Equation:
     var: IndexVar
     subscript: Affine
     where: str
+    # a repeated subscript's (``A(i,i)``: ``i0 = i``): a fresh variable of extent 1 that a
+    # sparse level walked at one of the two reads its window through (``i0 - i``, in [0, 1))
+    offset: IndexVar | None = None
 
     def __str__(self) -> str:
         return f"{self.var} = {self.subscript}"
+
+    @property
+    def diagonal(self) -> IndexVar | None:
+        """The variable a repeated subscript repeats (``A(i,i)`` reads mode 2 at ``i``)."""
+        return self.subscript.terms[0][1] if self.offset is not None else None
 
 
 def trivialize(a: Assignment) -> tuple[Assignment, tuple[Equation, ...]]:
@@ -60,24 +69,41 @@ def trivialize(a: Assignment) -> tuple[Assignment, tuple[Equation, ...]]:
     fresh: dict[Affine, IndexVar] = {}
     equations: list[Equation] = []
 
-    def name(sub: Affine, access: Access) -> IndexVar:
+    def unused(base: str) -> IndexVar:
+        n, candidate = 0, base
+        while candidate in taken:
+            candidate, n = f"{base}{n}", n + 1
+        taken.add(candidate)
+        return IndexVar(candidate)
+
+    def name(sub: Affine, access: Access, diagonal: bool = False) -> IndexVar:
         if sub not in fresh:
             # i+k is read through "ik" (ik0, ik1... when taken)
-            base = "".join(v.name for v in sub.vars)
-            n, candidate = 0, base
-            while candidate in taken:
-                candidate, n = f"{base}{n}", n + 1
-            taken.add(candidate)
-            fresh[sub] = IndexVar(candidate)
-            equations.append(Equation(fresh[sub], sub, str(access)))
+            fresh[sub] = unused("".join(v.name for v in sub.vars))
+            offset = unused(f"{sub.vars[0].name}_off") if diagonal else None
+            equations.append(Equation(fresh[sub], sub, str(access), offset))
         return fresh[sub]
 
     def plain(x: Access) -> Access:
-        if all(isinstance(s, IndexVar) for s in x.indices):
+        if all(isinstance(s, IndexVar) for s in x.indices) and len(set(x.indices)) == len(x.indices):
             return x
-        subs = tuple(s if isinstance(s, IndexVar) else name(s, x) for s in x.indices)
-        return Access(x.tensor, subs, x.source)
+        seen: set[IndexVar] = set()
+        subs = []
+        for s in x.indices:
+            if isinstance(s, IndexVar) and s in seen:
+                # a repeated variable (a diagonal, A(i,i)): the mode is read at a fresh
+                # variable equal to it (an equation of one unit term, not in normal form)
+                subs.append(name(Affine(((1, s),), 0), x, diagonal=True))
+                continue
+            if isinstance(s, IndexVar):
+                seen.add(s)
+            subs.append(s if isinstance(s, IndexVar) else name(s, x))
+        return Access(x.tensor, tuple(subs), x.source)
 
+    repeated = sorted({v.name for v in a.lhs.indices if a.lhs.indices.count(v) > 1})
+    if repeated:
+        raise ArgumentError(f"the result {a.lhs} repeats index {', '.join(repeated)}: a result "
+                            "cannot be written on its diagonal; write the diagonal to a vector")
     rhs = map_accesses(a.rhs, plain)
     return Assignment(plain(a.lhs), rhs, a.accumulate), tuple(equations)
 

@@ -50,9 +50,9 @@ def parse_einsum(subscripts: str, n_operands: int, ranks: list[int]) -> Assignme
 
     ``ranks[k]`` is the number of dimensions of operand ``k``. Implicit mode
     (no ``->``) outputs the letters used exactly once, sorted, as NumPy does.
-    Raises :class:`ParseError` for malformed subscripts, a mismatch with the
-    operands, and for what coiter does not support: ellipses and a letter
-    repeated within one operand (traces, diagonals).
+    A letter repeated within one operand reads its diagonal (``"ii->"`` is the trace,
+    ``"ii->i"`` the diagonal). Raises :class:`ParseError` for malformed subscripts, a
+    mismatch with the operands, and for ellipses, which coiter does not support.
     """
     if len(ranks) != n_operands:
         raise ValueError(f"got {len(ranks)} ranks for {n_operands} operands")
@@ -98,7 +98,8 @@ def _scan(text: str) -> _Subscripts:
 
 
 def _check_operands(text: str, scanned: _Subscripts, ranks: list[int]) -> None:
-    """Check the number of terms, each term's length and that no letter repeats in a term."""
+    """Check the number of terms and each term's length (a letter may repeat in a term: a
+    diagonal or trace, as NumPy's ``"ii->"``)."""
     terms = scanned.inputs
     if len(terms) != len(ranks):
         # Point at the first surplus term, or where the missing ones should have been.
@@ -109,7 +110,6 @@ def _check_operands(text: str, scanned: _Subscripts, ranks: list[int]) -> None:
             column,
         )
     for k, (term, rank) in enumerate(zip(terms, ranks)):
-        _check_no_repeats(text, term, f"operand {k} (T{k})")
         if len(term.letters) != rank:
             raise ParseError(
                 f"operand {k} (T{k}) has {rank} dimension(s) but its subscripts "
@@ -117,20 +117,6 @@ def _check_operands(text: str, scanned: _Subscripts, ranks: list[int]) -> None:
                 text,
                 term.column,
             )
-
-
-def _check_no_repeats(text: str, term: _Term, operand: str) -> None:
-    """Reject a letter repeated within one operand's subscripts (a trace or diagonal)."""
-    seen: set[str] = set()
-    for c, column in term.letters:
-        if c in seen:
-            raise ParseError(
-                f"repeated subscripts within one operand are not supported: "
-                f"{c!r} repeats in {operand} {term.text!r}",
-                text,
-                column,
-            )
-        seen.add(c)
 
 
 def _implicit_output(inputs: list[_Term]) -> list[str]:

@@ -181,7 +181,7 @@ class _Parser:
     def assignment(self) -> Assignment:
         if self.peek.kind != "name":
             raise self.expected("the result tensor name")
-        lhs, lhs_index_tokens = self.access(self.advance())
+        lhs, lhs_index_tokens = self.access(self.advance(), result=True)
         self.result_names = {v.name for v in lhs.index_vars}
         if not self.peek.is_op("=", "+="):
             raise self.expected(f"'=' or '+=' after the result access {lhs}")
@@ -308,16 +308,17 @@ class _Parser:
                              f"got {len(args)}", name.column)
         return Call(name.text, tuple(args))
 
-    def access(self, name: _Token) -> tuple[Access, list[_Token]]:
+    def access(self, name: _Token, result: bool = False) -> tuple[Access, list[_Token]]:
         """Parse the optional index list after ``name``; also return the token starting
-        each subscript."""
-        subs = self.index_list(name.text) if self.peek.is_op("(") else []
+        each subscript. An operand may repeat an index variable (a diagonal, ``A(i,i)``);
+        the ``result`` may not."""
+        subs = self.index_list(name.text, result) if self.peek.is_op("(") else []
         self.check_order(name, len(subs))
         return Access(name.text, tuple(s for _, s in subs)), [t for t, _ in subs]
 
-    def index_list(self, tensor: str) -> list[tuple[_Token, Subscript]]:
-        """Parse ``'(' [subscript (',' subscript)*] ')'``, rejecting a repeated index
-        variable."""
+    def index_list(self, tensor: str, result: bool = False) -> list[tuple[_Token, Subscript]]:
+        """Parse ``'(' [subscript (',' subscript)*] ')'``, rejecting an index variable the
+        ``result`` repeats."""
         self.advance()  # the '('
         subs: list[tuple[_Token, Subscript]] = []
         if self.peek.is_op(")"):
@@ -326,8 +327,9 @@ class _Parser:
         while True:
             token = self.peek
             sub = self.subscript(tensor)
-            if isinstance(sub, IndexVar) and any(s == sub for _, s in subs):
-                raise self.error(f"repeated index variable {sub} in access {tensor}", token.column)
+            if result and isinstance(sub, IndexVar) and any(s == sub for _, s in subs):
+                raise self.error(f"repeated index variable {sub} in the result {tensor}: a "
+                                 "result cannot be written on its diagonal", token.column)
             subs.append((token, sub))
             if self.peek.is_op(")"):
                 self.advance()

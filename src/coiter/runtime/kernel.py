@@ -398,6 +398,11 @@ class StorageKernel:
                 raise ShapeError(f"index variable {missing[0][1]} of {eq.where} has no size: "
                                  "give it a plain subscript somewhere (or the result's shape)")
         for eq in self.equations:
+            if eq.diagonal is not None:
+                if dims[eq.var] != dims[eq.diagonal]:
+                    raise ShapeError(f"{eq.where} reads a diagonal of modes of sizes "
+                                     f"{dims[eq.diagonal]} and {dims[eq.var]}; they must be equal")
+                dims[eq.offset] = 1
             if eq.var not in dims:  # the result's compound subscript: its whole range
                 dims[eq.var] = subscript_range(eq.subscript, dims)[1] + 1
             lo, hi = subscript_range(eq.subscript, dims)
