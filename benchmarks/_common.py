@@ -198,7 +198,7 @@ def machine_info(extra: dict[str, str] | None = None) -> dict[str, str]:
         "python": platform.python_version(),
         "numpy / scipy": f"{np.__version__} / {scipy.__version__}",
         "coiter": f"{coiter.__version__} (git {commit})",
-        "C compiler": f"{cc_version}; CFLAGS={os.environ.get('CFLAGS', 'coiter default')}",
+        "C compiler": f"{cc_version}; COITER_CFLAGS={os.environ.get('COITER_CFLAGS', 'coiter default')}",
         "threads": ", ".join(f"{v}={os.environ[v]}" for v in THREAD_VARIABLES[:3]),
         "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }

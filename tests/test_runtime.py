@@ -24,7 +24,7 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     root = tmp_path / "cache"
     monkeypatch.setenv("COITER_CACHE_DIR", str(root))
     monkeypatch.delenv("CC", raising=False)
-    monkeypatch.delenv("CFLAGS", raising=False)
+    monkeypatch.delenv("COITER_CFLAGS", raising=False)
     clear_memory_cache()
     yield root
     clear_memory_cache()
@@ -92,13 +92,31 @@ def test_missing_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_cflags_are_used_and_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
     source = "int value(void) { return COITER_VALUE; }\n"
-    monkeypatch.setenv("CFLAGS", "-O1 -DCOITER_VALUE=7")
+    monkeypatch.setenv("COITER_CFLAGS", "-O1 -DCOITER_VALUE=7")
     seven = compile_library(source)
-    monkeypatch.setenv("CFLAGS", "-O1 -DCOITER_VALUE=9")
+    monkeypatch.setenv("COITER_CFLAGS", "-O1 -DCOITER_VALUE=9")
     nine = compile_library(source)
     assert seven != nine
     assert ctypes.CDLL(str(seven)).value() == 7
     assert ctypes.CDLL(str(nine)).value() == 9
+
+
+def test_the_generic_cflags_variable_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a CFLAGS meant for another build (here: one that defines a macro) leaves kernels alone
+    source = "int value(void) {\n#ifdef COITER_VALUE\n  return 1;\n#else\n  return 0;\n#endif\n}\n"
+    monkeypatch.setenv("CFLAGS", "-O0 -DCOITER_VALUE")
+    assert ctypes.CDLL(str(compile_library(source))).value() == 0
+
+
+def test_the_processor_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coiter.runtime import compiler
+
+    source = "int value(void) { return 3; }\n"
+    here = compile_library(source)
+    assert compiler.cpu_signature()  # the model and flags of this machine's processor
+    monkeypatch.setattr(compiler, "cpu_signature", lambda: "another processor")
+    there = compile_library(source)
+    assert here != there and ctypes.CDLL(str(there)).value() == 3
 
 
 def test_openmp_switch() -> None:

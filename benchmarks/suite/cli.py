@@ -48,7 +48,10 @@ def parser() -> argparse.ArgumentParser:
                      help="rows of the generated matrices (default 250000, quick 2000)")
     run.add_argument("--data", type=Path, default=DEFAULT_DATA,
                      help="directory with matrices/*.mtx.gz and tensors/*.tns.gz")
-    run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where reports are written")
+    run.add_argument("--out", type=Path, default=None,
+                     help=f"where reports are written (default: {DEFAULT_OUT.relative_to(REPO_ROOT)}, "
+                          "a temporary folder with --quick, whose small runs must not replace the "
+                          "committed results)")
     return p
 
 
@@ -174,9 +177,12 @@ def run(args: argparse.Namespace) -> int:
     data_dir = args.data if args.data.is_dir() else None
     if data_dir is None:
         print(f"note: no data directory at {args.data}; generated inputs only", file=sys.stderr)
+    out = args.out
+    if out is None:
+        out = Path(tempfile.mkdtemp(prefix="coiter-bench-quick-")) if args.quick else DEFAULT_OUT
     settings = Settings.for_mode(
         args.quick, kernels=args.kernels, threads=args.threads, peers=args.peers,
-        data_dir=str(data_dir) if data_dir else None, out_dir=str(args.out), inputs=args.inputs,
+        data_dir=str(data_dir) if data_dir else None, out_dir=str(out), inputs=args.inputs,
         gen_size=args.gen_size)
     out_dir = Path(settings.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -109,7 +109,7 @@ def describe() -> dict[str, Any]:
         "os": platform.platform(),
         "python": sys.version.split()[0],
         "compiler": (command_output([cc, "--version"]) or "unknown").splitlines()[0],
-        "cflags": os.environ.get("CFLAGS", "coiter default"),
+        "cflags": os.environ.get("COITER_CFLAGS", "coiter default"),
         "git_commit": commit,
         "src_uncommitted_changes": bool(dirty),
         "load_average_at_start": list(os.getloadavg()),

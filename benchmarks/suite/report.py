@@ -93,7 +93,7 @@ def _environment_md(results: dict[str, Any]) -> str:
         ["CPU", f"{env['cpu']}, {env['logical_cpus']} logical CPUs ({caches})"],
         ["memory", f"{env['memory_gib']:.1f} GiB" if env.get("memory_gib") else "?"],
         ["OS / Python", f"{env['os']} / {env['python']}"],
-        ["C compiler", f"{env['compiler']} (CFLAGS: {env['cflags']})"],
+        ["C compiler", f"{env['compiler']} (COITER_CFLAGS: {env['cflags']})"],
         ["coiter commit", env["git_commit"][:12] + (" + uncommitted changes in src/"
                                                      if env["src_uncommitted_changes"] else "")],
         ["load average at start", " ".join(f"{x:.2f}" for x in env["load_average_at_start"])],

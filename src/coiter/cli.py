@@ -20,6 +20,7 @@ WARMUPS = 3
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), run the chosen subcommand, return its status."""
     parser = argparse.ArgumentParser(prog="coiter", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {coiter.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="compile CSR SpMV and time it against scipy")
@@ -46,7 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _demo(args: argparse.Namespace) -> int:
     """Compile y(i) = A(i,j) * x(j) for CSR A, check it against scipy and compare timings."""
     path: Path = args.matrix if args.matrix is not None else example_path()
-    A = coiter.read(path)
+    try:
+        A = coiter.read(path)
+    except (OSError, coiter.CoiterError) as e:
+        print(f"error: cannot read {path}: {e}", file=sys.stderr)
+        return 2
+    if A.order != 2:
+        print(f"error: {path} holds an order-{A.order} tensor; the demo multiplies a matrix "
+              "by a vector (give a Matrix Market .mtx or .mtx.gz file)", file=sys.stderr)
+        return 2
     # Convert once, outside the timed region, so scipy is timed on its own CSR SpMV only.
     reference = A.to_scipy().tocsr()
     x = np.random.default_rng(0).random(reference.shape[1])

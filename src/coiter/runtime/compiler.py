@@ -1,8 +1,10 @@
 """Compile generated C to shared libraries, cache them on disk and in memory, load via ctypes.
 
 Disk layout: ``<cache_dir>/<key[:2]>/<key>.so`` with the source beside it as ``<key>.c``
-(``<key>.cu`` for CUDA, see :mod:`coiter.runtime.cuda`), where ``key`` is the sha256 of the source, the compiler command, its ``--version`` output and
-the flags, and the library's digest for its key as ``<key>.so.sha256``: a library is loaded
+(``<key>.cu`` for CUDA, see :mod:`coiter.runtime.cuda`), where ``key`` is the sha256 of
+the source, the compiler command, its ``--version`` output, the flags (``$COITER_CFLAGS``,
+not the generic ``$CFLAGS``) and the processor's model and features, and the library's
+digest for its key as ``<key>.so.sha256``: a library is loaded
 only when it and its digest are the user's own and match (:mod:`coiter.runtime.trust`).
 Publishing is atomic (compile to a temporary file, then ``os.replace``), so any number of
 threads or processes may compile the same source at once.
@@ -17,6 +19,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -35,6 +38,9 @@ from .trust import private_dir, seal, sealed
 
 DEFAULT_CC = "cc"
 DEFAULT_CFLAGS = "-O3 -march=native -fPIC -std=c11"
+# coiter's own variable: a CFLAGS set for some other build (-g, -O0) must not compile
+# kernels without optimisation behind the user's back
+CFLAGS_VARIABLE = "COITER_CFLAGS"
 
 # Cache subdirectories are named by the first two hex digits of the key; clear_cache only
 # removes entries of this shape, so pointing COITER_CACHE_DIR at a shared folder is not fatal.
@@ -94,7 +100,7 @@ WRAPPING_FLAGS = ("-fwrapv",)
 FAST_MATH_FLAGS = ("-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math")
 
 
-# COITER_SANITIZE=1: instrument kernels. -O1 (last -O wins over $CFLAGS' -O3) and frame
+# COITER_SANITIZE=1: instrument kernels. -O1 (last -O wins over $COITER_CFLAGS' -O3) and frame
 # pointers keep reports' stacks readable; -fno-sanitize-recover makes undefined behaviour
 # abort like an ASan report instead of printing and going on, so a test run cannot pass over it.
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer",
@@ -234,14 +240,14 @@ def _compiler_command() -> tuple[str, ...]:
 
 
 def _toolchain(openmp: bool, fast_math: bool = False) -> Toolchain:
-    """Resolve ``$CC``, ``$CFLAGS`` and ``$COITER_SANITIZE`` (re-read on every call) into a
-    build configuration."""
+    """Resolve ``$CC``, ``$COITER_CFLAGS`` and ``$COITER_SANITIZE`` (re-read on every call)
+    into a build configuration."""
     command = _compiler_command()
-    flags = shlex.split(os.environ.get("CFLAGS", DEFAULT_CFLAGS))
+    flags = shlex.split(os.environ.get(CFLAGS_VARIABLE, DEFAULT_CFLAGS))
     flags += ["-shared", "-fPIC"] if "-fPIC" not in flags else ["-shared"]
     if openmp and _supports_openmp(command, tuple(flags)):
         flags.append("-fopenmp")
-    # after $CFLAGS, so no user flags bring back the undefined behaviour
+    # after $COITER_CFLAGS, so no user flags bring back the undefined behaviour
     flags += WRAPPING_FLAGS
     if fast_math:
         flags += FAST_MATH_FLAGS
@@ -251,11 +257,28 @@ def _toolchain(openmp: bool, fast_math: bool = False) -> Toolchain:
     return Toolchain(command=command, flags=tuple(flags), version=compiler_version(command))
 
 
+@functools.lru_cache(maxsize=None)
+def cpu_signature() -> str:
+    """The processor kernels are built for (``-march=native`` targets it): its model and
+    feature flags from /proc/cpuinfo, else what :mod:`platform` knows. A cache folder
+    shared by several machines then never hands one a library built for another's
+    instructions (an illegal-instruction crash)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n\n")[0].splitlines()
+    except OSError:
+        lines = []
+    wanted = ("vendor_id", "model name", "flags", "Features", "CPU implementer", "CPU part")
+    fields = [line.strip() for line in lines if line.split(":")[0].strip() in wanted]
+    return "\n".join(fields) or f"{platform.machine()} {platform.processor()}"
+
+
 def _cache_key(source: str, toolchain: Toolchain) -> str:
-    """sha256 over everything that determines the produced library."""
+    """sha256 over everything that determines the produced library: the source, the
+    compiler, its flags and the processor."""
     digest = hashlib.sha256()
     command, flags = "\0".join(toolchain.command), "\0".join(toolchain.flags)
-    for part in (source, command, toolchain.version, flags):
+    for part in (source, command, toolchain.version, flags, cpu_signature()):
         digest.update(part.encode())
         # A separator that cannot appear in C source keeps field boundaries unambiguous.
         digest.update(b"\x00\x01\x00")
