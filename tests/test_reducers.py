@@ -28,6 +28,24 @@ def test_row_reduction_sees_implicit_zeros(op: str, fmt: str) -> None:
     np.testing.assert_allclose(y.to_numpy(), REFERENCES[op](dense, axis=1))
 
 
+@pytest.mark.parametrize("op", ["any", "all"])
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.complex128, np.float32])
+def test_any_and_all_of_numbers_are_bools(op: str, dtype) -> None:
+    """As np.any / np.all: a value is true when nonzero, and the result is bool, also
+    inside arithmetic (bool times float is float)."""
+    D = (_matrix(5).toarray() * 3).astype(dtype)
+    D[4] = 0
+    D[6] = 2  # a full row
+    A = coiter.Tensor.from_numpy(D, format="csr")
+    y = coiter.evaluate(f"y(i) = {op}(j, A(i,j))", A=A)
+    assert y.dtype == np.bool_
+    np.testing.assert_array_equal(y.to_numpy(), REFERENCES[op](D, axis=1))
+    x = np.arange(9.0)
+    z = coiter.evaluate(f"z = sum(i, {op}(j, A(i,j)) * x(i))", A=A, x=x)
+    assert z.dtype == np.float64
+    np.testing.assert_allclose(z.to_numpy(), REFERENCES[op](D, axis=1) @ x)
+
+
 @pytest.mark.parametrize("op", ["min", "max"])
 def test_column_reduction(op: str) -> None:
     A = _matrix(2)

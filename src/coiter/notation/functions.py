@@ -19,8 +19,9 @@ import numpy as np
 
 from ..errors import ArgumentError, DTypeError
 from .ast import (
-    Access, Add, Call, Coordinate, Div, Expr, Literal, Mul, Neg, Number, Sub, children,
+    Access, Add, Call, Coordinate, Div, Expr, Literal, Mul, Neg, Number, Reduction, Sub, children,
 )
+from .reducers import reducer
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,10 @@ def _promoted(exprs: list[Expr], dtypes: Mapping[str, np.dtype], default: np.dty
 
 
 def _outside_calls(e: Expr):
+    """``e`` and its subexpressions, not entering calls or logical reductions (typed leaves:
+    a call by its output type, ``any``/``all`` as bool, as ``np.any``)."""
     yield e
-    if isinstance(e, Call):
+    if isinstance(e, Call) or (isinstance(e, Reduction) and reducer(e.op).logical):
         return
     for c in children(e):
         yield from _outside_calls(c)
@@ -146,6 +149,8 @@ def _type_parts(e: Expr, dtypes: Mapping[str, np.dtype]) -> list[Any]:
             out.append(np.dtype(np.int64))
         elif isinstance(n, Call):
             out.append(call_dtypes(n, dtypes)[1])
+        elif isinstance(n, Reduction) and reducer(n.op).logical:
+            out.append(np.dtype(np.bool_))
     return out
 
 
