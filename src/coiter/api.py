@@ -9,6 +9,7 @@ from .concrete.commands import Command, parse_commands
 from .concrete.stmt import ConcreteProgram
 from .errors import ArgumentError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, csf, csr, dense
+from .formats.storage import fill_key
 from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
 from .notation.einsum import parse_einsum
 from .notation.parser import parse
@@ -103,6 +104,7 @@ def compile(
     extents: Mapping[str, int] | None = None,
     count_iterations: bool = False,
     gather: Sequence[str] | None = None,
+    fill_values: Mapping[str, Any] | None = None,
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
@@ -134,6 +136,11 @@ def compile(
     convolution, walked per output row; ``gather`` lists the result variables walked per
     output instead (each reads its window; those loops write their own outputs and can run
     in parallel), ``gather=()`` scatters all.
+    ``fill_values`` gives the value of the entries a sparse operand does not store
+    (``{"A": np.inf}``: a graph's absent edges, for min-plus shortest paths); 0 by default.
+    The loops visit only where those values do not decide the result, and a sparse result
+    takes the fill the right-hand side has where no operand is stored (docs/language.md,
+    "Fill values"). Operands must then come with those fills (``Tensor.with_fill``).
     """
     a, aliases = _prepare(_as_assignment(assignment))
     if formats is not None and not isinstance(formats, Mapping):
@@ -172,12 +179,36 @@ def compile(
             workspace_memory, int) or workspace_memory < 0):
         raise ArgumentError(f"workspace_memory must be a number of bytes (a non-negative int), "
                             f"got {workspace_memory!r}")
+    fills = _fills(fill_values, fmts, aliases)
     kernel = Kernel(StorageKernel(a, fmts, check_dtype(dtype or np.float64), aliases, commands, target,
                                   fast_math, workspace, workspace_memory, padding, extents,
-                                  count_iterations, None if gather is None else tuple(gather)))
+                                  count_iterations, None if gather is None else tuple(gather),
+                                  fills))
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel
+
+
+def _fills(fill_values: Mapping[str, Any] | None, formats: Mapping[str, Format],
+           aliases: Mapping[str, str]) -> dict[str, Any]:
+    """``fill_values`` by the kernel's tensor names, checked: operands of the expression,
+    numbers (not NaN)."""
+    if fill_values is None:
+        return {}
+    if not isinstance(fill_values, Mapping):
+        raise ArgumentError(f"fill_values must map operand names to numbers, got "
+                            f"{type(fill_values).__name__}")
+    by_user = {aliases.get(n, n): n for n in formats}
+    out: dict[str, Any] = {}
+    for user, value in fill_values.items():
+        name = by_user.get(user)
+        if name is None:
+            raise ArgumentError(f"fill_values: {user!r} is no operand of the expression")
+        if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "biufc" or value != value:
+            raise ArgumentError(f"fill_values: the fill of {user} must be a number (not NaN), "
+                                f"got {value!r}")
+        out[name] = value
+    return out
 
 
 def _commands(schedule: ScheduleLike) -> tuple[Command, ...]:
@@ -267,10 +298,12 @@ def _kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: Format
         out = as_format(out_format, order)
     formats: dict[str, FormatLike] = {n: t.format for n, t in tensors.items()}
     formats[a.lhs.tensor] = out
-    key = (str(a), tuple(sorted((n, f.to_string()) for n, f in formats.items())))
+    fills = {n: t.fill_value for n, t in tensors.items() if t.fill_value != 0}
+    key = (str(a), tuple(sorted((n, f.to_string()) for n, f in formats.items())),
+           tuple(sorted((n, fill_key(f)) for n, f in fills.items())))
     kernel = _kernels.get(key)
     if kernel is None:
-        kernel = compile(a, formats)
+        kernel = compile(a, formats, fill_values=fills)
         _kernels[key] = kernel
     return kernel
 

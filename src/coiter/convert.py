@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -59,16 +60,29 @@ def _sorted_coo(storage: Storage, ordering: tuple[int, ...]) -> Storage:
 
 
 def convert(storage: Storage, fmt: Format) -> Storage:
-    """``storage`` re-stored in ``fmt`` (same shape, values and index width)."""
+    """``storage`` re-stored in ``fmt`` (same shape, values, index width and fill value)."""
     if storage.format == fmt:
         return storage
+    return replace(_convert(storage, fmt), fill=storage.fill)
+
+
+def _convert(storage: Storage, fmt: Format) -> Storage:
+    if fmt.is_dense and storage.fill != 0:  # the absent entries become stored fills
+        coords, vals = storage.to_coords()
+        dense = np.full(storage.shape, storage.fill, dtype=storage.vals.dtype)
+        stored = tuple(coords)
+        dense[stored] = 0
+        np.add.at(dense, stored, vals)
+        flat = np.ascontiguousarray(dense.transpose(fmt.ordering)).reshape(-1)
+        return Storage(fmt, storage.shape, tuple({} for _ in fmt.levels), flat)
     via_coords = storage.format.layout is not None or not fmt.assemblable
     if storage.format.is_dense or fmt.order == 0 or via_coords:
         coords, vals = storage.to_coords()
-        keep = vals != 0
+        keep = vals != storage.fill  # entries a sparse format need not store
         return Storage.from_coords(coords[:, keep], vals[keep], storage.shape, fmt,
                                    storage.index_dtype if storage.format.levels else None)
+    stored = replace(storage, fill=0)  # a copy of the stored entries (the caller re-fills)
     if storage.format.ordering == fmt.ordering:
-        return _copy(storage, fmt)
-    as_coo = _copy(storage, coo(fmt.order, storage.format.ordering))
+        return _copy(stored, fmt)
+    as_coo = _copy(stored, coo(fmt.order, storage.format.ordering))
     return _copy(_sorted_coo(as_coo, fmt.ordering), fmt)

@@ -16,6 +16,7 @@ import itertools
 import math
 import operator
 import weakref
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ import scipy.sparse as sp
 from .errors import ArgumentError, DTypeError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, csr_unordered, dia
 from .formats.levels import Compressed, Dense
-from .formats.storage import Storage
+from .formats.storage import Storage, check_fill
 from .notation.affine import as_subscript
 from .notation.ast import Access, Affine, Assignment, IndexVar, Subscript, accesses, as_expr
 
@@ -300,34 +301,41 @@ class Tensor:
     # ---------------------------------------------------------------- constructors
 
     @classmethod
-    def from_numpy(cls, a: Any, format: FormatLike | None = None, name: str | None = None) -> Tensor:
+    def from_numpy(cls, a: Any, format: FormatLike | None = None, name: str | None = None,
+                   fill_value: Any = 0) -> Tensor:
         """Tensor holding array ``a`` (dense by default).
 
         A dense format shares ``a``'s memory when ``a`` is already laid out in the
         format's mode order (C-contiguous for the default row-major order); sparse
-        formats store the nonzeros of ``a``.
+        formats store the entries of ``a`` that differ from ``fill_value`` (its nonzeros).
         """
         arr = np.asarray(a)
         check_dtype(arr.dtype)
+        fill = check_fill(fill_value, arr.dtype)
         fmt = as_format(format, arr.ndim)
         name = _check_name(name)
         if fmt.is_dense:
             return cls._wrap(_dense_storage(arr, fmt), name)
-        coords = np.stack(np.nonzero(arr))
-        return cls._wrap(_packed(coords, arr[tuple(coords)], arr.shape, fmt), name)
+        coords = np.stack(np.nonzero(arr != fill))
+        return cls._wrap(replace(_packed(coords, arr[tuple(coords)], arr.shape, fmt), fill=fill), name)
 
     @classmethod
-    def from_scipy(cls, m: Any, format: FormatLike | None = None, name: str | None = None) -> Tensor:
+    def from_scipy(cls, m: Any, format: FormatLike | None = None, name: str | None = None,
+                   fill_value: Any = 0) -> Tensor:
         """Tensor holding SciPy sparse matrix or array ``m``, in its own layout by default.
 
         CSR stays CSR, CSC stays CSC, COO stays COO, DIA stays DIA, BSR becomes BCSR
         and other kinds become CSR. Canonical CSR/CSC/BSR data and DIA data spanning the
         columns are shared, not copied; unsorted or duplicate entries are sorted and
-        summed. Malformed data raises FormatError.
+        summed. Malformed data raises FormatError. The entries ``m`` does not store read
+        as ``fill_value`` (a graph's absent edges as ``inf`` for shortest paths).
         """
         if not sp.issparse(m):
             raise TypeError(f"expected a SciPy sparse matrix or array, got {type(m).__name__}")
         check_dtype(m.dtype)
+        fill = check_fill(fill_value, m.dtype)
+        if fill != 0:
+            return cls.from_scipy(m, format, name).with_fill(fill)
         name = _check_name(name)
         if m.format in ("dia", "bsr"):
             native_fmt = dia() if m.format == "dia" else bcsr(m.blocksize)
@@ -353,10 +361,12 @@ class Tensor:
         shape: Sequence[int],
         format: FormatLike | None = None,
         name: str | None = None,
+        fill_value: Any = 0,
     ) -> Tensor:
         """Tensor from coordinates ``coords`` (order × nnz) and ``values`` (nnz).
 
-        Entries may come in any order; duplicates are summed. COO by default.
+        Entries may come in any order; duplicates are summed. COO by default. The other
+        entries read as ``fill_value``.
         """
         dims = check_shape(shape)
         order = len(dims)
@@ -375,7 +385,9 @@ class Tensor:
                 bad = c[(c < 0) | (c >= dim)][0]
                 raise ShapeError(f"mode-{mode} coordinate {bad} is out of range [0, {dim})")
         fmt = as_format(format, order, coo(order) if order else None)
-        return cls._wrap(_packed(crd.astype(np.int64), vals, dims, fmt), _check_name(name))
+        fill = check_fill(fill_value, vals.dtype)
+        return cls._wrap(replace(_packed(crd.astype(np.int64), vals, dims, fmt), fill=fill),
+                         _check_name(name))
 
     @classmethod
     def from_arrays(
@@ -437,6 +449,20 @@ class Tensor:
         """Number of stored entries (every entry for dense formats)."""
         return self.storage.nnz
 
+    @property
+    def fill_value(self) -> bool | int | float | complex:
+        """The value of every entry the format does not store (0 unless the tensor says
+        otherwise: ``from_scipy(m, fill_value=np.inf)``, or a result's, computed from its
+        operands')."""
+        return self.storage.fill
+
+    def with_fill(self, fill_value: Any) -> Tensor:
+        """This tensor's stored entries over another fill value (no copy): the entries it
+        does not store now read as ``fill_value`` (a graph's adjacency matrix with absent
+        edges of infinite length)."""
+        s = self.storage
+        return Tensor._wrap(replace(s, fill=check_fill(fill_value, s.vals.dtype)), self._name)
+
     # ------------------------------------------------------------------ conversions
 
     def to_numpy(self) -> np.ndarray:
@@ -448,10 +474,13 @@ class Tensor:
                 return dense
             return dense.transpose(np.argsort(s.format.ordering))
         coords, vals = s.to_coords()
-        out = np.zeros(s.shape, dtype=s.vals.dtype)
+        out = np.full(s.shape, s.fill, dtype=s.vals.dtype)
         if _entries_unique(s.format):
             out[tuple(coords)] = vals
-        else:
+        else:  # a coordinate stored several times holds their sum (over zero)
+            stored = np.zeros(s.shape, dtype=bool)
+            stored[tuple(coords)] = True
+            out[stored] = 0
             np.add.at(out, tuple(coords), vals)
         return out
 
@@ -460,6 +489,9 @@ class Tensor:
         if self.order != 2:
             raise FormatError(f"{self.name}: only order-2 tensors convert to SciPy, this has order {self.order}")
         s = self.storage
+        if s.fill != 0 and not s.format.is_dense:
+            raise FormatError(f"{self.name}: its absent entries are {s.fill!r}, SciPy's are zeros; "
+                              "take to_numpy(), or with_fill(0) for the stored entries alone")
         if s.vals.dtype == np.float16:
             raise DTypeError(f"{self.name}: scipy.sparse has no float16; convert the values first "
                              "(coiter.evaluate('B(i,j) = float32(A(i,j))', A=...))")
@@ -494,12 +526,12 @@ class Tensor:
         does; SciPy's arithmetic drops them. Dense levels keep every position."""
         s = self.storage
         coords, vals = s.to_coords()
-        keep = vals != 0
+        keep = vals != s.fill
         if keep.all():
             return self
-        return Tensor._wrap(Storage.from_coords(coords[:, keep], vals[keep], s.shape, s.format,
-                                                s.index_dtype if s.format.levels else None),
-                            self._name)
+        pruned = Storage.from_coords(coords[:, keep], vals[keep], s.shape, s.format,
+                                     s.index_dtype if s.format.levels else None)
+        return Tensor._wrap(replace(pruned, fill=s.fill), self._name)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         arr = self.to_numpy()
@@ -515,7 +547,8 @@ class Tensor:
         head = f"Tensor(name={self._name!r}, shape={self.shape}, format={self.format.to_string()!r}"
         if self._pending is not None:
             return f"{head}, pending={str(self._pending)!r})"
-        return f"{head}, dtype={self._storage.vals.dtype}, nnz={self._storage.nnz})"
+        fill = f", fill_value={self._storage.fill!r}" if self._storage.fill != 0 else ""
+        return f"{head}, dtype={self._storage.vals.dtype}, nnz={self._storage.nnz}{fill})"
 
     # ------------------------------------------------------------------------- DSL
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -219,6 +219,7 @@ def concretize(
     equations: tuple[Equation, ...] = (),
     padded: bool = False,
     gather: frozenset[IndexVar] | None = None,
+    fills: Mapping[str, Any] | None = None,
 ) -> ConcreteProgram:
     """Turn an assignment whose reductions are explicit into concrete index notation.
 
@@ -231,12 +232,16 @@ def concretize(
     ``padded`` they may leave their modes, so every solved coordinate is guarded;
     ``gather`` names result variables whose subscripts are walked per output, not scattered
     (None: the default choice, :func:`coiter.concrete.equations.default_gather`).
+    ``fills`` gives the value of the entries a tensor does not store (0 by default; the
+    result's, where it is sparse: the value the right-hand side takes where no operand
+    is stored).
     """
     lhs = assignment.lhs
+    fills = dict(fills or {})
     terms = _sequenced_terms(assignment, formats)
     if terms is not None:
         return _sequence(assignment, terms, formats, dtypes, result_dtype, workspace,
-                         equations, padded, gather)
+                         equations, padded, gather, fills)
     assignment = replace(assignment, rhs=_wrap(*_hoist(assignment.rhs)))
     final_fmt = formats[lhs.tensor]
     lp = _plan_loops(assignment, {**formats, lhs.tensor: final_fmt.assembly_format()}, reserved,
@@ -250,14 +255,17 @@ def concretize(
     rank = {v: n for n, v in enumerate(lo.order)}
 
     decls: dict[str, TensorDecl] = {}
-    pattern = _pattern_operand(assignment, formats)
+    fills.update({new: fills.get(old, 0) for new, old in plan.converted.items()})
+    # a result over an operand's pattern is zero where the operand is absent
+    pattern = _pattern_operand(assignment, formats) if not any(fills.values()) else None
     for name, fmt in formats.items():
         role = "result" if name == lhs.tensor else "input"
         shares = role == "result" and pattern is not None
         decls[name] = TensorDecl(name, fmt, np.dtype(dtypes[name]), role,
                                  converted_from=plan.converted.get(name),
                                  pattern_of=pattern[0] if shares else None,
-                                 pattern_levels=pattern[1] if shares else 0)
+                                 pattern_levels=pattern[1] if shares else 0,
+                                 fill=fills.get(name, 0))
     renames: dict[Access, Access] = {}
     for idx, new_fmt in lo.transposed:
         acc = operand_accesses[idx]
@@ -410,7 +418,7 @@ def _signed_product(x: Expr, y: Expr) -> Expr:
 def _sequence(assignment: Assignment, terms: list[Expr], formats: Mapping[str, Format],
               dtypes: Mapping[str, np.dtype], result_dtype: np.dtype, workspace: str,
               equations: tuple[Equation, ...], padded: bool,
-              gather: frozenset[IndexVar] | None) -> ConcreteProgram:
+              gather: frozenset[IndexVar] | None, fills: Mapping[str, Any]) -> ConcreteProgram:
     """``sequence(A = t1, sequence(A += t2, ...))``: each term concretized on its own (lowered
     in time linear in the number of terms), later ones adding into a dense result, which a
     sparse result format is converted from afterwards (held to the memory cap per call)."""
@@ -421,13 +429,14 @@ def _sequence(assignment: Assignment, terms: list[Expr], formats: Mapping[str, F
                   f"{lhs.tensor}" + ("" if final.is_dense else f", converted to {final} after"),
                   PerformanceWarning, stacklevel=2)
     formats = {**formats, lhs.tensor: dense(len(lhs.indices))}
+    fills = {**fills, lhs.tensor: 0}  # a dense result stores every entry
     progs: list[ConcreteProgram] = []
     reserved: frozenset[str] = frozenset()
     for term in terms:
         used = set(index_vars_of(term))
         prog = concretize(Assignment(lhs, term), formats, dtypes, result_dtype,
                           workspace, reserved, tuple(eq for eq in equations if eq.var in used), padded,
-                          gather)
+                          gather, fills)
         reserved |= frozenset(prog.tensors)
         progs.append(prog)
     stmt = progs[-1].stmt

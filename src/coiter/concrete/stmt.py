@@ -130,6 +130,8 @@ class TensorDecl:
     policy: str | None = None
     # scalar temporaries only: the operator their producer reduces with (coiter.notation.reducers)
     reducer: str = "sum"
+    # operands and sparse results: the value of the entries the format does not store
+    fill: Any = 0
 
     @property
     def order(self) -> int:

@@ -7,12 +7,14 @@ fits, int64 otherwise); ``vals`` holds one value per position of the last level.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, ShapeError
+from ..errors import ArgumentError, FormatError, ShapeError
 from .format import Format
 from .packing import pack_levels, repeated_path_error
 
@@ -28,11 +30,35 @@ def choose_index_dtype(shape: tuple[int, ...], nnz: int) -> np.dtype:
 _signatures: dict[tuple, int] = {}
 
 
-def signature_id(fmt: Format, vtype: np.dtype, itype: np.dtype | None) -> int:
-    """A small integer naming (format, value type, index type): what a compiled kernel
-    variant assumes of an operand. ``itype`` is ignored for formats without index arrays."""
+def fill_key(fill: Any) -> tuple[str, Any]:
+    """A hashable, exact stand-in for a fill value (0 and 0.0 alike, -0.0 too)."""
+    value = complex(fill)
+    return ("c", value) if value.imag else ("r", value.real)
+
+
+def check_fill(fill: Any, dtype: np.dtype) -> bool | int | float | complex:
+    """``fill`` as a Python scalar of ``dtype``; ArgumentError for NaN (no entry would equal
+    the fill, not even an absent one) or a value the type cannot hold."""
+    if np.ndim(fill) != 0 or np.asarray(fill).dtype.kind not in "biufc":
+        raise ArgumentError(f"fill value {fill!r} is not a number")
+    if fill != fill:
+        raise ArgumentError("fill value NaN is not supported: no entry equals it")
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        value = np.asarray(fill).astype(dtype)[()].item()
+    exact = np.dtype(dtype).kind in "biu" or np.iscomplexobj(fill)
+    if exact and value != fill:
+        raise ArgumentError(f"fill value {fill!r} does not fit {np.dtype(dtype)}")
+    return value
+
+
+def signature_id(fmt: Format, vtype: np.dtype, itype: np.dtype | None, fill: Any = 0) -> int:
+    """A small integer naming (format, value type, index type, fill value): what a compiled
+    kernel variant assumes of an operand. ``itype`` is ignored for formats without index
+    arrays; the fill is ignored for dense formats (they store every entry)."""
     has_arrays = any(level.arrays for level in fmt.levels)
-    key = (fmt, np.dtype(vtype), np.dtype(itype) if has_arrays and itype is not None else None)
+    key = (fmt, np.dtype(vtype), np.dtype(itype) if has_arrays and itype is not None else None,
+           None if fmt.is_dense else fill_key(fill))
     sig = _signatures.get(key)
     if sig is None:
         sig = _signatures.setdefault(key, len(_signatures) + 1)
@@ -45,6 +71,9 @@ class Storage:
     shape: tuple[int, ...]
     levels: tuple[dict[str, np.ndarray], ...]
     vals: np.ndarray
+    # the value of every entry the levels do not store (pydata/sparse's fill_value): 0 for
+    # SciPy's matrices, inf for a graph whose absent edges are infinitely long
+    fill: Any = 0
 
     @property
     def index_dtype(self) -> np.dtype:
@@ -95,7 +124,7 @@ class Storage:
         addresses = self.addresses
         pointers = [addresses[(k, name)] for k, level in enumerate(self.format.levels)
                     for name in level.arrays]
-        sig = signature_id(self.format, self.vals.dtype, self.index_dtype)
+        sig = signature_id(self.format, self.vals.dtype, self.index_dtype, self.fill)
         words = [sig, *self.shape, *self.level_dims, *self.level_sizes(), *pointers,
                  addresses[(-1, "vals")], self.vals.shape[0]]
         return np.array(words, dtype=np.int64).tobytes()

@@ -151,6 +151,13 @@ def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[
     raise TypeError(f"cannot build a lattice for {type(e).__name__}")
 
 
+def expression_fill(e: Expr, sparse: Callable[[Access], bool], fill_of: Callable[[Access], Any]) -> Any:
+    """The value ``e`` takes where none of its ``sparse`` operands stores an entry (their
+    absent entries read as ``fill_of``), by the rules loops follow (absorbing fills, reduced
+    fills); None when it has none (a dense operand's values, a sum of nonzero fills)."""
+    return _build(e, lambda a: a if sparse(a) else None, fill_of)[1]  # type: ignore[arg-type, return-value]
+
+
 def reduced_fill(op: str, fill: Any) -> Any:
     """The value of reducing ``fill`` over a loop of unknown length by ``op``; None when
     that depends on the length (a sum of nonzeros)."""

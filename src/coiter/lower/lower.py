@@ -194,7 +194,7 @@ class Absence:
         decl = self.decls[tensor]
         if decl.role == "temp" and decl.order == 0:
             return reducer(decl.reducer).identity(decl.dtype)
-        return 0
+        return decl.fill if decl.role in ("input", "result") else 0
 
     def literal(self, a: Access) -> Literal:
         """``a``'s absent value, of its tensor's kind (0.0, 0j...: it types the intrinsics
@@ -211,9 +211,33 @@ class Absence:
         return self.fill(s.lhs.tensor)
 
 
+def _infinite(e: Expr) -> bool:
+    return isinstance(e, Literal) and not isinstance(e.value, bool) and bool(np.isinf(e.value))
+
+
+def _absorbed(e: Expr, a: Expr, b: Expr) -> Expr | None:
+    """The literal ``e`` (of simplified operands ``a``, ``b``) is when one operand's value
+    absorbs the other, as merge lattices take it (x + inf, x - inf, min(x, -inf),
+    max(x, inf), x and false, x or true); None otherwise."""
+    if isinstance(a, Literal) and isinstance(b, Literal):
+        return None  # folded elsewhere, or kept (inf - inf is NaN)
+    if isinstance(e, (Add, Sub)) and (_infinite(a) or _infinite(b)):
+        if _infinite(b):
+            return Literal(-b.value if isinstance(e, Sub) else b.value)
+        return a
+    if isinstance(e, Intrinsic) and len(e.args) == 2:
+        for x in (a, b):
+            if isinstance(x, Literal) and (
+                    (e.fn == "min" and x.value == -np.inf) or (e.fn == "max" and x.value == np.inf)
+                    or (e.fn == "and" and not x.value) or (e.fn == "or" and bool(x.value))):
+                return Literal(bool(x.value)) if e.fn in ("and", "or") else x
+    return None
+
+
 def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
     """Replace accesses in ``zero`` by their absent value and fold x*0, x+0, -0 (Chou et
-    al.'s case expressions)."""
+    al.'s case expressions), and operands that an absent value absorbs (x + inf), as the
+    merge lattice does: it walks no loop for them."""
     if isinstance(e, Access):
         return absence.literal(e) if e in zero else e
     if isinstance(e, Neg):
@@ -221,6 +245,9 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
         return Literal(0) if _is_zero(a) else Neg(a)
     if isinstance(e, BinaryExpr):
         a, b = simplify(e.a, zero, absence), simplify(e.b, zero, absence)
+        absorbed = _absorbed(e, a, b)
+        if absorbed is not None:
+            return absorbed
         if isinstance(e, Mul) and (_is_zero(a) or _is_zero(b)):
             return Literal(0)
         if isinstance(e, Div) and _is_zero(a) and not _is_zero(b):
@@ -240,7 +267,8 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
         args = tuple(simplify(x, zero, absence) for x in e.args)
         if all(isinstance(x, Literal) for x in args) and zero_at(e.fn, tuple(x.value for x in args)):
             return Literal(0)
-        return Intrinsic(e.fn, args)
+        absorbed = _absorbed(e, *args) if len(args) == 2 else None
+        return absorbed if absorbed is not None else Intrinsic(e.fn, args)
     return e
 
 

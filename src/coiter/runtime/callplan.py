@@ -72,7 +72,7 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         length = order + 2 * nlevels + len(arrays) + 2
         dense = fmt.is_dense and fmt.is_identity_ordered
         kind = _fastcall.OP_DENSE if dense else _fastcall.OP_STORAGE
-        sig = signature_id(fmt, dtype, var.itypes.get(name))
+        sig = signature_id(fmt, dtype, var.itypes.get(name), decls[name].fill)
         ops.append((core.keyword(name), kind, sig, np.dtype(dtype).num, order, length))
         offsets[name] = (words, order, arrays)
         words += length

@@ -26,7 +26,8 @@ from ..concrete.stmt import ConcreteProgram
 from ..errors import ArgumentError, FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..ir.count import SUPPORT, counted
-from ..formats.storage import INT32_MAX, Storage
+from ..formats.storage import INT32_MAX, Storage, check_fill, fill_key
+from ..lattice.lattice import expression_fill
 from ..lower.intrinsics import computable
 from ..lower.ism import WORKSPACE_KEY_ERROR
 from ..lower.lower import BOUND_ERROR, PATTERN_ERROR, KernelIR, ParamSpec, lower
@@ -170,6 +171,7 @@ class StorageKernel:
         extents: Mapping[str, int] | None = None,
         count_iterations: bool = False,
         gather: tuple[str, ...] | None = None,
+        fills: Mapping[str, Any] | None = None,
     ) -> None:
         if workspace not in (AUTO, *policy_names()):
             raise FormatError(f"unknown workspace {workspace!r}: choose one of "
@@ -198,6 +200,8 @@ class StorageKernel:
         self.fast_math = fast_math  # C sums may be reassociated (compiler flags)
         # entries of the last result the Python path returned (its next first capacity)
         self.last_entries = 0
+        # the value of the entries each sparse operand does not store (0 unless given)
+        self.fills = {name: value for name, value in (fills or {}).items() if value != 0}
         # "auto": searched per operand size class by the autotuner, else fixed commands
         self.tuner: AutoTuner | None = None
         if schedule == "auto":
@@ -266,11 +270,39 @@ class StorageKernel:
             prog = concretize(self.plain, formats, all_dtypes, rt, workspace,
                               equations=self.equations, padded=self.padding,
                               gather=None if self.gather is None else
-                              frozenset(IndexVar(n) for n in self.gather))
+                              frozenset(IndexVar(n) for n in self.gather),
+                              fills=self.typed_fills(all_dtypes))
             for command in commands:
                 prog = apply_command(prog, command)
             self._programs[key] = prog
         return prog
+
+    def typed_fills(self, dtypes: Mapping[str, np.dtype]) -> dict[str, Any]:
+        """Every tensor's fill value in its type (``dtypes``, the result's included): the
+        operands' as given, a sparse result's the value the right-hand side takes where
+        no operand is stored (0 where that varies: every entry is then stored)."""
+        out = {name: check_fill(value, dtypes[name]) for name, value in self.fills.items()
+               if not self.formats[name].is_dense}
+        if out and not self.formats[self.result].is_dense:
+            fill = expression_fill(self.plain.rhs, lambda a: not self.formats[a.tensor].is_dense,
+                                   lambda a: np.asarray(out.get(a.tensor, 0), dtypes[a.tensor])[()])
+            if fill is not None:
+                out[self.result] = check_fill(fill, dtypes[self.result])
+        return out
+
+    def check_fills(self, storages: Mapping[str, Storage]) -> None:
+        """ArgumentError naming an operand whose absent entries are not the ones the kernel
+        was compiled for (its lattices depend on them)."""
+        for name in self.inputs:
+            st = storages[name]
+            if st.format.is_dense:
+                continue
+            want = check_fill(self.fills.get(name, 0), st.vals.dtype)
+            if fill_key(st.fill) != fill_key(want):
+                raise ArgumentError(
+                    f"{name}'s absent entries are {st.fill!r}, the kernel was compiled for "
+                    f"{want!r}: compile with fill_values={{{name!r}: {st.fill!r}}}, or pass "
+                    f"{name}.with_fill({want!r})")
 
     def workspace_for(self, prog: ConcreteProgram, dims: Mapping[IndexVar, int],
                       rshape: tuple[int, ...], storages: Mapping[str, Storage] | None = None) -> str:
@@ -420,6 +452,7 @@ class StorageKernel:
         """Compute the result from operand storages (keyed by operand name, in the kernel's
         formats); returns it with the variant that computed it. ``pattern`` is the
         structure ``compute`` mode fills."""
+        self.check_fills(storages)
         dtypes = {n: s.vals.dtype for n, s in storages.items()}
         if commands is None and self.tuner is not None and mode == "fused":
             commands = self.tuner.schedule(
@@ -431,7 +464,7 @@ class StorageKernel:
                                       padding=self.padding,
                                       extents={v.name: e for v, e in self.extents.items()},
                                       count_iterations=self.count_iterations,
-                                      gather=self.gather).run(
+                                      gather=self.gather, fills=self.fills).run(
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.plain.lhs.indices)
@@ -592,7 +625,8 @@ class StorageKernel:
             if rc != 0:
                 raise KernelError(_ERRORS.get(rc, f"kernel failed with code {rc}"))
             assert res_vals is not None
-            return Storage(rfmt, rshape, pattern.levels, res_vals[: pattern.nnz])
+            return Storage(rfmt, rshape, pattern.levels, res_vals[: pattern.nnz],
+                           var.prog.tensors[self.result].fill)
         spec = shared_spec(ir)
         return self.finish(var, rc, res_vals, arrays, rshape, storages[spec.array] if spec else None)
 
@@ -643,7 +677,7 @@ class StorageKernel:
         if values is None:  # assemble mode: structure only
             size = Storage(rfmt, rshape, levels, np.zeros(0, rdecl.dtype)).level_sizes()[-1]
             values = np.zeros(size, dtype=rdecl.dtype)
-        return Storage(rfmt, rshape, levels, values)
+        return Storage(rfmt, rshape, levels, values, rdecl.fill)
 
 
 
