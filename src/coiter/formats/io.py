@@ -1,4 +1,5 @@
-"""Reading and writing tensors: Matrix Market (``.mtx``) and FROSTT (``.tns``), optionally gzip'ed.
+"""Reading and writing tensors: Matrix Market (``.mtx``) and FROSTT (``.tns``), optionally
+gzip'ed; Rutherford-Boeing (``.rb``) is read (:mod:`coiter.formats.rb`), as CSR by default.
 
 * ``.mtx`` goes through SciPy (symmetric files come back expanded, pattern files
   with value 1.0); coordinate files default to CSR, dense ``array`` files to dense.
@@ -20,9 +21,10 @@ import scipy.io
 from ..errors import DTypeError, FormatError
 from ..tensor import Tensor
 from .format import FormatLike, as_format, coo, csr
+from .rb import read_rb
 
 PathLike = str | os.PathLike[str]
-FileKind = Literal["mtx", "tns"]
+FileKind = Literal["mtx", "tns", "rb"]
 
 _TNS_ROWS_PER_WRITE = 1 << 18  # bounds the text built in memory at once
 
@@ -32,10 +34,11 @@ def _kind(path: PathLike) -> tuple[FileKind, bool]:
     lower = os.fspath(path).lower()
     gz = lower.endswith(".gz")
     base = lower[:-3] if gz else lower
-    for kind in ("mtx", "tns"):
+    for kind in ("mtx", "tns", "rb"):
         if base.endswith("." + kind):
             return kind, gz  # type: ignore[return-value]
-    raise FormatError(f"cannot tell the file type of {os.fspath(path)!r}: expected .mtx or .tns, optionally .gz")
+    raise FormatError(f"cannot tell the file type of {os.fspath(path)!r}: expected .mtx, .tns "
+                      "or .rb, optionally .gz")
 
 
 def _open(path: PathLike, mode: Literal["rb", "wb"], gz: bool) -> IO[bytes]:
@@ -45,18 +48,23 @@ def _open(path: PathLike, mode: Literal["rb", "wb"], gz: bool) -> IO[bytes]:
 
 
 def read(path: PathLike, format: FormatLike | None = None, name: str | None = None) -> Tensor:
-    """Load a ``.mtx``/``.tns`` file (``.gz`` allowed) as a Tensor in ``format``."""
+    """Load a ``.mtx``/``.tns``/``.rb`` file (``.gz`` allowed) as a Tensor in ``format``."""
     kind, gz = _kind(path)
     with _open(path, "rb", gz) as f:
         data = f.read()
     if kind == "mtx":
         return _read_mtx(data, os.fspath(path), format, name)
+    if kind == "rb":
+        m = read_rb(data.decode("ascii", errors="replace"), os.fspath(path))
+        return Tensor.from_scipy(m, format=as_format(format, 2, csr), name=name)
     return _read_tns(data, os.fspath(path), format, name)
 
 
 def write(path: PathLike, tensor: Tensor) -> None:
     """Save ``tensor`` as ``.mtx`` (matrices only) or ``.tns``; gzip'ed when ``path`` ends in ``.gz``."""
     kind, gz = _kind(path)
+    if kind == "rb":
+        raise FormatError(f"{os.fspath(path)!r}: .rb files are read, not written; write .mtx")
     if kind == "mtx":
         matrix = tensor.to_scipy()  # raises FormatError unless order 2, before the file is created
         with _open(path, "wb", gz) as f:
