@@ -8,11 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import coiter
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -39,10 +35,11 @@ def test_cache_commands_use_the_given_folder(tmp_path: Path) -> None:
     assert out.returncode == 0 and str(tmp_path / "cache") in out.stdout
 
 
-@pytest.mark.skipif(not (DATA / "tensors" / "jf17k-3ary.tns.gz").exists(), reason="needs ../shared/data")
 def test_demo_on_a_tensor_file_says_what_it_needs(tmp_path: Path) -> None:
-    out = _run(tmp_path, "demo", "--matrix", str(DATA / "tensors" / "jf17k-3ary.tns.gz"))
-    assert out.returncode == 2 and "order-4 tensor" in out.stderr and "Traceback" not in out.stderr
+    tensor = tmp_path / "t.tns"
+    tensor.write_text("1 1 1 1.5\n2 3 1 2.5\n")
+    out = _run(tmp_path, "demo", "--matrix", str(tensor))
+    assert out.returncode == 2 and "order-3 tensor" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_demo_on_a_missing_file(tmp_path: Path) -> None:

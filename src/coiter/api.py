@@ -9,7 +9,7 @@ from .concrete.commands import Command, parse_commands
 from .concrete.stmt import ConcreteProgram
 from .errors import ArgumentError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, csf, csr, dense
-from .formats.storage import fill_key
+from .formats.storage import check_fill, fill_key
 from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
 from .notation.einsum import parse_einsum
 from .notation.parser import parse
@@ -204,9 +204,10 @@ def _fills(fill_values: Mapping[str, Any] | None, formats: Mapping[str, Format],
         name = by_user.get(user)
         if name is None:
             raise ArgumentError(f"fill_values: {user!r} is no operand of the expression")
-        if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "biufc" or value != value:
-            raise ArgumentError(f"fill_values: the fill of {user} must be a number (not NaN), "
-                                f"got {value!r}")
+        try:
+            check_fill(value, np.asarray(value).dtype)
+        except ArgumentError as e:
+            raise ArgumentError(f"fill_values: the fill of {user} must be a number (not NaN): {e}") from None
         out[name] = value
     return out
 

@@ -70,9 +70,8 @@ def _convert(storage: Storage, fmt: Format) -> Storage:
     if fmt.is_dense and storage.fill != 0:  # the absent entries become stored fills
         coords, vals = storage.to_coords()
         dense = np.full(storage.shape, storage.fill, dtype=storage.vals.dtype)
-        stored = tuple(coords)
-        dense[stored] = 0
-        np.add.at(dense, stored, vals)
+        dense[tuple(coords)] = 0  # stored entries (several at one coordinate add up)
+        np.add.at(dense, tuple(coords), vals)
         flat = np.ascontiguousarray(dense.transpose(fmt.ordering)).reshape(-1)
         return Storage(fmt, storage.shape, tuple({} for _ in fmt.levels), flat)
     via_coords = storage.format.layout is not None or not fmt.assemblable

@@ -478,9 +478,8 @@ class Tensor:
         if _entries_unique(s.format):
             out[tuple(coords)] = vals
         else:  # a coordinate stored several times holds their sum (over zero)
-            stored = np.zeros(s.shape, dtype=bool)
-            stored[tuple(coords)] = True
-            out[stored] = 0
+            if s.fill != 0:
+                out[tuple(coords)] = 0
             np.add.at(out, tuple(coords), vals)
         return out
 
