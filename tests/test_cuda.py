@@ -182,24 +182,62 @@ def test_unknown_target() -> None:
 # ---------------------------------------------------------------- autoscheduler GPU templates
 
 
-def test_gpu_templates_compile_and_run_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(params=["gpu", "emulated"])
+def runner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where CUDA kernels run: on the GPU (skipped without one) or on CPU threads."""
+    if request.param == "gpu":
+        if nvcc_command() is None:
+            pytest.skip("nvcc not found")
+        available, why = gpu_available()
+        if not available:
+            pytest.skip(why)
+    else:
+        if shutil.which("g++") is None:
+            pytest.skip("g++ not found (the CPU emulation of CUDA needs C++20)")
+        monkeypatch.setattr(coiter.runtime.kernel, "load_cuda_library", _emulated_library)
+    return request.param
+
+
+def test_gpu_templates_compile_and_run(runner: str) -> None:
     """The autoscheduler's GPU templates (load-balanced position splits, constant-size warps
-    and threads) for SpMV, each compiled by nvcc and run in the CPU emulation."""
+    and threads) for SpMV, each compiled and run."""
     from coiter.concrete.autoschedule import templates
 
     prog = coiter.compile(*SPMV).concrete
     cands = templates(prog, "cuda")
     assert len(cands) == 3 and all("parallelize(thread,GPUThread,Atomics)" in str(c) for c in cands)
-    if nvcc_command() is not None:
-        assert coiter.compile(*SPMV, schedule=cands[0].program, target="cuda").source
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not found (the CPU emulation of CUDA needs C++20)")
-    monkeypatch.setattr(coiter.runtime.kernel, "load_cuda_library", _emulated_library)
     for cand in cands:
         k = coiter.compile(*SPMV, schedule=cand.program, target="cuda")
         for A in _matrices():
             x = RNG.random(A.shape[1])
             np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12, err_msg=str(cand))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+@pytest.mark.parametrize("case", ["spmv_lb", "spmv_warp_row"])
+def test_cuda_value_types(case: str, dtype: type, runner: str) -> None:
+    """Atomic adds and warp sums of every value type atomicAdd takes."""
+    k = _kernel(case)
+    for A in _matrices():
+        A = sp.csr_array((RNG.integers(-9, 10, A.nnz).astype(dtype), A.indices, A.indptr), shape=A.shape)
+        x = RNG.integers(-9, 10, A.shape[1]).astype(dtype)
+        got = k(A=A, x=x).to_numpy()
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, A.astype(np.int64) @ x.astype(np.int64))
+
+
+@pytest.mark.parametrize("case", ["spmv_lb", "spmv_warp_row"])
+def test_cuda_many_blocks_on_gpu(case: str, nvcc_kernels: dict[str, coiter.Kernel]) -> None:
+    """A million nonzeros: thousands of blocks, rows longer than a block's share."""
+    available, why = gpu_available()
+    if not available:
+        pytest.skip(why)
+    n, m, nnz = 120_000, 90_000, 1_000_000
+    rows = np.concatenate([RNG.integers(0, n, nnz), np.full(m, 17)])
+    cols = np.concatenate([RNG.integers(0, m, nnz), np.arange(m)])
+    A = sp.csr_array((RNG.random(nnz + m), (rows, cols)), shape=(n, m))
+    x = RNG.random(A.shape[1])
+    np.testing.assert_allclose(nvcc_kernels[case](A=A, x=x).to_numpy(), A @ x, rtol=1e-10)
 
 
 def test_auto_schedule_on_the_gpu_target(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

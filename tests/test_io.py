@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,16 @@ def test_mtx_malformed(tmp_path: Path) -> None:
     path.write_text("not a matrix market file\n")
     with pytest.raises(FormatError, match="bad.mtx"):
         coiter.read(path)
+
+
+def test_mtx_read_warns_of_nothing(tmp_path: Path) -> None:
+    """SciPy 1.18 deprecates mmread's spmatrix default; reading asks for arrays (regression)."""
+    path = tmp_path / "m.mtx"
+    ref = sp.random_array((7, 5), density=0.4, format="csr", random_state=3)
+    scipy.io.mmwrite(path, ref)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(coiter.read(path).to_numpy(), ref.toarray())
 
 
 def test_read_add32() -> None:

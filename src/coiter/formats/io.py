@@ -10,6 +10,7 @@ gzip'ed; Rutherford-Boeing (``.rb``) is read (:mod:`coiter.formats.rb`), as CSR 
 from __future__ import annotations
 
 import gzip
+import inspect
 import io
 import os
 import warnings
@@ -80,9 +81,13 @@ def write(path: PathLike, tensor: Tensor) -> None:
 # --------------------------------------------------------------------------- .mtx
 
 
+# sparse arrays where mmread can return them: from SciPy 1.18 on, leaving out `spmatrix` is deprecated
+_MMREAD_ARRAYS = {"spmatrix": False} if "spmatrix" in inspect.signature(scipy.io.mmread).parameters else {}
+
+
 def _read_mtx(data: bytes, where: str, format: FormatLike | None, name: str | None) -> Tensor:
     try:
-        m = scipy.io.mmread(io.BytesIO(data))
+        m = scipy.io.mmread(io.BytesIO(data), **_MMREAD_ARRAYS)
     except ValueError as e:
         raise FormatError(f"{where}: {e}") from e
     if isinstance(m, np.ndarray):
