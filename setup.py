@@ -10,7 +10,8 @@ setup(
     ext_modules=[
         Extension(
             "coiter.runtime._fastcall",
-            ["src/coiter/runtime/_fastcall.c"],
+            ["src/coiter/runtime/_fastcall.c", "src/coiter/runtime/_pool.c"],
+            depends=["src/coiter/runtime/_pool.h"],  # rebuilt when it changes, and in the sdist
             include_dirs=[numpy.get_include()],
             extra_compile_args=["-O2", "-std=c11"],
             optional=True,

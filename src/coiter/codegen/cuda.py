@@ -48,6 +48,7 @@ PREAMBLE = """\
 #define COITER_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define COITER_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define COITER_INDEX_MAX {index_max}
+#define COITER_SCALAR_SUM /* see c.py; nvcc decides for itself */
 /* host allocations as the C back end prints them (see c.py) */
 static inline void* coiter_malloc(size_t n) {{ return malloc(n); }}
 static inline void* coiter_calloc(size_t n, size_t e) {{ return calloc(n, e); }}

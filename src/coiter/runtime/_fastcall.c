@@ -8,7 +8,8 @@
  *     ``_cargs`` bytes, whose signature must be the variant's) or from a C-contiguous,
  *     aligned NumPy array when the kernel reads that operand as a dense row-major tensor;
  *   - checks that index variables shared by several operands have one size;
- *   - allocates a dense result, or the values of a result over an operand's first levels,
+ *   - allocates a dense result, or the values of a result over an operand's first levels
+ *     (large ones from the pool of _pool.c, whose pages are mapped already),
  *     or receives the arrays a sparse result was malloc'ed into and wraps them in NumPy
  *     arrays without copying (freed with the array);
  *   - calls the kernel's packed entry point ``int f(const int64_t* args)``, without the GIL
@@ -28,10 +29,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define NPY_TARGET_VERSION NPY_1_22_API_VERSION /* memory handlers (_pool.c) */
+#define PY_ARRAY_UNIQUE_SYMBOL coiter_fastcall_ARRAY_API
 #include <numpy/arrayobject.h>
 #include <structmember.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#include "_pool.h"
 
 enum { OP_STORAGE = 0, OP_DENSE = 1 };  /* operand kinds: Tensor only, or Tensor or ndarray */
 enum {  /* where a kernel parameter comes from */
@@ -444,7 +449,7 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
   if (p->result_kind == RESULT_DENSE) {
     if (size <= 0 || size == INT64_MAX) goto not_implemented;  /* empty results: the Python path */
     npy_intp n = (npy_intp)size;
-    vals = PyArray_ZEROS(1, &n, p->rtypenum, 0);
+    vals = pool_zeros(n, p->rtypenum);
     if (!vals) goto done;
     work += size;
   } else if (p->result_kind == RESULT_SHARED) {
@@ -452,7 +457,7 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
     for (int k = p->shared_levels; k < p->rlevels; k++) shared *= rdims[k];
     if (shared <= 0) goto not_implemented;  /* empty results: the Python path */
     npy_intp n = (npy_intp)shared;
-    vals = PyArray_ZEROS(1, &n, p->rtypenum, 0);
+    vals = pool_zeros(n, p->rtypenum);
     if (!vals) goto done;
   }
 
@@ -543,13 +548,47 @@ static PyTypeObject CallPlanType = {
   .tp_call = (ternaryfunc)plan_call,
 };
 
+/* zeros(n, dtype) -> a zeroed 1-D array, large ones from the result pool */
+static PyObject* py_zeros(PyObject* self, PyObject* args) {
+  Py_ssize_t n;
+  PyArray_Descr* descr = NULL;
+  if (!PyArg_ParseTuple(args, "nO&", &n, PyArray_DescrConverter, &descr)) return NULL;
+  int typenum = descr->type_num;
+  Py_DECREF(descr);
+  if (n < 0) { PyErr_SetString(PyExc_ValueError, "negative length"); return NULL; }
+  return pool_zeros((npy_intp)n, typenum);
+}
+
+/* set_pool_limit(bytes): how many bytes of free blocks the result pool keeps (0: none) */
+static PyObject* py_set_pool_limit(PyObject* self, PyObject* args) {
+  unsigned long long bytes;
+  if (!PyArg_ParseTuple(args, "K", &bytes)) return NULL;
+  pool_set_limit((size_t)bytes);
+  Py_RETURN_NONE;
+}
+
+/* pool_stats() -> (limit, free blocks, free bytes, blocks in use) */
+static PyObject* py_pool_stats(PyObject* self, PyObject* args) {
+  size_t limit, free_bytes;
+  int nfree, nlive;
+  pool_stats(&limit, &nfree, &free_bytes, &nlive);
+  return Py_BuildValue("(KiKi)", (unsigned long long)limit, nfree, (unsigned long long)free_bytes, nlive);
+}
+
+static PyMethodDef functions[] = {
+  {"zeros", py_zeros, METH_VARARGS, "zeros(n, dtype): a zeroed 1-D array; large ones from the result pool."},
+  {"set_pool_limit", py_set_pool_limit, METH_VARARGS, "set_pool_limit(bytes): free bytes the result pool keeps."},
+  {"pool_stats", py_pool_stats, METH_NOARGS, "pool_stats() -> (limit, free blocks, free bytes, blocks in use)."},
+  {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-  PyModuleDef_HEAD_INIT, "_fastcall", "coiter's C call path for compiled kernels.", -1, NULL,
+  PyModuleDef_HEAD_INIT, "_fastcall", "coiter's C call path for compiled kernels.", -1, functions,
 };
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
   import_array();
-  if (PyType_Ready(&CallPlanType) < 0) return NULL;
+  if (pool_init() < 0 || PyType_Ready(&CallPlanType) < 0) return NULL;
   struct { PyObject** slot; const char* text; } names[] = {
     {&s_storage, "_storage"}, {&s_pending, "_pending"}, {&s_name, "_name"},
     {&s_readers, "_readers"}, {&s_cargs, "_cargs"}, {&s_format, "format"},

@@ -96,8 +96,9 @@ def clear_memory_cache() -> None:
 WRAPPING_FLAGS = ("-fwrapv",)
 
 # fast_math=True: floating-point sums may be reassociated (vectorized reductions); NaN,
-# infinities and rounding of each operation stay IEEE (unlike -ffast-math)
-FAST_MATH_FLAGS = ("-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math")
+# infinities and rounding of each operation stay IEEE (unlike -ffast-math).
+# COITER_FAST_MATH tells the generated code (COITER_SCALAR_SUM in codegen/c.py)
+FAST_MATH_FLAGS = ("-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-DCOITER_FAST_MATH")
 
 
 # COITER_SANITIZE=1: instrument kernels. -O1 (last -O wins over $COITER_CFLAGS' -O3) and frame

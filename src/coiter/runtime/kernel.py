@@ -40,6 +40,7 @@ from .autotune import AutoTuner
 from .workspace_choice import (
     AUTO, check_dense, choose, memory_cap, row_entry_bytes, workspace_decl,
 )
+from . import pool
 from .compiler import load_library
 from .cuda import load_cuda_library
 
@@ -91,7 +92,7 @@ def aligned_zeros(size: int, dtype: np.dtype, align: int = 64) -> np.ndarray:
     loads and stores of a convolution's output channels split no line)."""
     dtype = np.dtype(dtype)
     extra = align // dtype.itemsize + 1
-    raw = np.zeros(size + extra, dtype=dtype)
+    raw = pool.zeros(size + extra, dtype)
     skip = (-raw.ctypes.data % align) // dtype.itemsize
     return raw[skip:skip + size]
 
@@ -590,7 +591,7 @@ class StorageKernel:
                     args[n] = res_vals.ctypes.data
                 elif p.kind == "shared_vals":
                     size = shared_size(storages[p.array], p.level, rdims)
-                    res_vals = np.zeros(max(size, 1), dtype=rdecl.dtype)
+                    res_vals = pool.zeros(max(size, 1), rdecl.dtype)
                     args[n] = res_vals.ctypes.data
                 elif p.kind == "out":
                     args[n] = out.ctypes.data
@@ -676,7 +677,7 @@ class StorageKernel:
         values = by_slot.get((-1, "vals"))
         if values is None:  # assemble mode: structure only
             size = Storage(rfmt, rshape, levels, np.zeros(0, rdecl.dtype)).level_sizes()[-1]
-            values = np.zeros(size, dtype=rdecl.dtype)
+            values = pool.zeros(size, rdecl.dtype)
         return Storage(rfmt, rshape, levels, values, rdecl.fill)
 
 

@@ -21,7 +21,6 @@ many modes the workspace needs; only the call knows the extents. With ``workspac
 from __future__ import annotations
 
 import math
-import os
 from typing import Mapping
 
 import numpy as np
@@ -30,6 +29,7 @@ from ..concrete.stmt import Assign, ConcreteProgram, Forall, TensorDecl, Where, 
 from ..errors import FormatError
 from ..formats.storage import Storage
 from ..notation.ast import Access, IndexVar, factors
+from .settings import env_bytes, physical_memory
 
 AUTO = "auto"
 SPARSE = "hash"
@@ -45,15 +45,8 @@ def memory_cap(override: int | None = None) -> int:
     (bytes, or with a K/M/G suffix), else a quarter of the machine's memory."""
     if override is not None:
         return int(override)
-    text = os.environ.get("COITER_WORKSPACE_MEMORY", "").strip()
-    if text:
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
-        digits = text[:-1] if scale > 1 else text
-        try:
-            return int(float(digits) * scale)
-        except ValueError:
-            raise FormatError(f"COITER_WORKSPACE_MEMORY must be a byte count such as 512M, got {text!r}") from None
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    from_env = env_bytes("COITER_WORKSPACE_MEMORY", FormatError)
+    return from_env if from_env is not None else physical_memory() // 4
 
 
 def workspace_decl(prog: ConcreteProgram) -> TensorDecl | None:
