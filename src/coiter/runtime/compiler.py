@@ -20,7 +20,6 @@ import functools
 import hashlib
 import os
 import platform
-import re
 import shlex
 import shutil
 import subprocess
@@ -34,6 +33,7 @@ import platformdirs
 
 from coiter.errors import CompileError
 
+from .cache_size import SHARD_NAME, after_build, touch
 from .trust import private_dir, seal, sealed
 
 DEFAULT_CC = "cc"
@@ -41,10 +41,6 @@ DEFAULT_CFLAGS = "-O3 -march=native -fPIC -std=c11"
 # coiter's own variable: a CFLAGS set for some other build (-g, -O0) must not compile
 # kernels without optimisation behind the user's back
 CFLAGS_VARIABLE = "COITER_CFLAGS"
-
-# Cache subdirectories are named by the first two hex digits of the key; clear_cache only
-# removes entries of this shape, so pointing COITER_CACHE_DIR at a shared folder is not fatal.
-_SHARD_NAME = re.compile(r"[0-9a-f]{2}")
 
 _OPENMP_PROBE = """\
 #include <omp.h>
@@ -81,7 +77,7 @@ def clear_cache() -> None:
     if not root.is_dir():
         return
     for entry in root.iterdir():
-        if entry.is_dir() and _SHARD_NAME.fullmatch(entry.name):
+        if entry.is_dir() and SHARD_NAME.fullmatch(entry.name):
             shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -161,6 +157,7 @@ def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str
     so_path = shard / f"{key}.so"
     c_path = shard / f"{key}{suffix}"
     if sealed(key, so_path):
+        touch(so_path)
         return so_path
     # missing, or not verifiably what this key built (truncated, swapped, planted): build it
     _write_atomically(c_path, source)
@@ -185,6 +182,7 @@ def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str
         seal(key, so_path)
     finally:
         tmp_path.unlink(missing_ok=True)
+    after_build(cache_dir())
     return so_path
 
 
