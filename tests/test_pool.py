@@ -115,3 +115,62 @@ def test_the_limit_from_the_environment(monkeypatch) -> None:
         pool._initial_limit()
     with pytest.raises(ArgumentError, match="non-negative"):
         pool.set_limit(-1)
+
+
+def _dirty_block(nbytes: int) -> None:
+    """Leave a freed pool block of ``nbytes`` full of NaN for the next large result."""
+    junk = pool.empty(nbytes // 8 + 64, np.float64)
+    junk[:] = np.nan
+    del junk
+    gc.collect()
+
+
+ROWS = LARGE // (8 * 16) + 5  # a rank-16 dense result over this many rows is pooled
+CASES = {
+    # dense result, every row written by the dense outer loop: the kernel zeroes it
+    "spmm_csr": ("C(i,k) = A(i,j) * B(j,k)", {"A": "csr"}, True),
+    "spmv": ("y(i) = A(i,j) * x(j)", {"A": "csr"}, True),
+    # rows the loop never visits (DCSR's empty rows, MTTKRP's empty slices): zeroed by the pool
+    "spmm_dcsr": ("C(i,k) = A(i,j) * B(j,k)", {"A": "dcsr"}, False),
+    "mttkrp": ("A(i,l) = B(i,j,k) * C(j,l) * D(k,l)", {"B": coiter.csf(3)}, False),
+    # a result over an operand's first levels (TTM): each fiber's row zeroed by its iteration
+    "ttm": ("A(i,j,l) = B(i,j,k) * C(k,l)", {"B": coiter.csf(3), "A": "ssd"}, True),
+}
+
+
+@pytest.mark.parametrize("plan", [True, False])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_unzeroed_results_are_zeroed_by_the_kernel_that_writes_them(case, threads, plan,
+                                                                        monkeypatch) -> None:
+    """Results come from dirty (NaN) pool blocks; kernels that zero what they own must still
+    give NumPy's values, and kernels that do not must get zeroed memory."""
+    if not plan:
+        monkeypatch.setattr(coiter.kernel, "build_plan", lambda *a, **k: None)
+    expr, formats, zeroes = CASES[case]
+    rng = np.random.default_rng(5)
+    if case in ("mttkrp", "ttm"):
+        shape = (ROWS // 4, 4, 30) if case == "ttm" else (ROWS, 30, 30)
+        b = (rng.random(shape) < 0.05) * rng.random(shape)
+        if case == "mttkrp":
+            b[::3] = 0  # empty slices
+        C, D = rng.random((shape[1] if case == "mttkrp" else shape[2], 16)), rng.random((shape[2], 16))
+        ops = {"B": coiter.Tensor.from_numpy(b, format=coiter.csf(3)), "C": C}
+        if case == "mttkrp":
+            ops["D"] = D
+            ref = np.einsum("ijk,jl,kl->il", b, C, D)
+        else:
+            ref = np.einsum("ijk,kl->ijl", b, C)
+    else:
+        rows = ROWS * (16 if case == "spmv" else 1)
+        a = (rng.random((rows, 40)) < 0.05) * rng.random((rows, 40))
+        a[::5] = 0  # empty rows
+        x = rng.random((40, 16)) if case.startswith("spmm") else rng.random(40)
+        ops = {"A": coiter.Tensor.from_numpy(a, format=formats["A"]), "B" if x.ndim == 2 else "x": x}
+        ref = a @ x
+    k = coiter.compile(expr, formats=formats)
+    assert ("start at zero (allocated unzeroed)" in k.source) == zeroes
+    for _ in range(2):  # the second call runs through the call plan
+        _dirty_block(ref.size * 8)
+        got = k(threads=threads, **ops).to_numpy()
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)

@@ -14,13 +14,22 @@ SUPPORT = (f"static int64_t {COUNTER};\n"
 
 def counted(fn: Function) -> Function:
     """``fn`` with every loop body starting by adding one to the counter (a plain global:
-    counts of loops run by several threads at once are approximate)."""
+    counts of loops run by several threads at once are approximate). Loops that only store
+    zeros (a result slice zeroed before it is computed) count as allocation, as the zeroing
+    of a result allocated zeroed does, not as the kernel's work."""
     return replace(fn, body=_counted(fn.body))
+
+
+def _zero_fill(s: For) -> bool:
+    return (len(s.body.stmts) == 1 and isinstance(s.body.stmts[0], Assign)
+            and isinstance(s.body.stmts[0].value, Const) and s.body.stmts[0].value.value == 0)
 
 
 def _counted(s: IRStmt) -> IRStmt:
     if isinstance(s, Block):
         return Block(tuple(_counted(x) for x in s.stmts))
+    if isinstance(s, For) and _zero_fill(s):
+        return s
     if isinstance(s, (For, While)):
         body = Block((Assign(Var(COUNTER), Const(1), "+="), *_counted(s.body).stmts))
         return replace(s, body=body)

@@ -28,6 +28,7 @@ from ..concrete.stmt import (
 )
 from ..errors import FormatError, ScheduleError
 from ..formats.levels.base import Level, LevelNames, ParentPos
+from ..formats.storage import fill_key
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function,
     If, IRExpr, IRStmt, Load, Max, Min, Param, Pragma, Return, Select, Un, Var, While, add, block,
@@ -102,6 +103,9 @@ class KernelIR:
     result_allocated: bool  # True: the kernel mallocs result arrays and returns them via out/out_len
     out_arrays: tuple[tuple[int, str], ...]  # (level, array) in out-slot order; (-1, "vals") last
     support: tuple[str, ...] = ()  # C definitions the function needs besides the preamble
+    # True: each iteration of the outermost loop zeroes the result values it owns before it
+    # writes them, so the caller need not zero them (see Lowerer._own_slice_zeroing)
+    zeroes_result: bool = False
 
 
 # ------------------------------------------------------------------ scope
@@ -442,6 +446,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
         self.support: dict[str, None] = {}
         self.ism_vars: dict[str, tuple[str, str, str, str]] = {}
         self.parallel_depth = 0  # CPUThread loops enclosing the statement being lowered
+        self.zeroes_result = False  # set when the outermost loop zeroes its own result slices
         # counters of result groups whose room for the enclosing loop's appends is reserved
         # before it: their appends check no capacity
         self.reserved: set[str] = set()
@@ -919,6 +924,9 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
         if lattice.points == (frozenset(),):
             end, inner = self._split_bound(v, extent, scope)
             body = self._case(f.body, inner, v, Var(vname), lattice, frozenset(), {}, bottoms)
+            rfmt = self.fmt(self.result)
+            if lo == Const(0) and end == extent and rfmt.order and rfmt.levels[0].full:
+                body = [*self._own_slice_zeroing(f, scope, Var(vname), [v]), *body]
             out.append(self._for(f, vname, lo, end, body, scope))
         elif single and len(iters) == 1 and not slices and self._unique_iter(iters[0]):
             it = iters[0]
@@ -1099,7 +1107,49 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
         body_scope, located = self.resolve(body_scope, _stmt_accesses(inner.body), _lhs_accesses(inner.body))
         body = [Decl("int64_t", vname, coord), *located,
                 *self._guarded(inner.body, body_scope, [], {}, self._may_miss(inner.body, body_scope))]
+        if k == 0 and self.shared == a and depth == self.shared_levels - 1:
+            body = [*self._own_slice_zeroing(f, scope, Var(p), [c.var for c in chain]), *body]
         return [self._for(f, p, lo, hi, body, scope)]
+
+    def _own_slice_zeroing(self, f: Forall, scope: Scope, pos: IRExpr, owned: list[IndexVar]) -> list[IRStmt]:
+        """Statements that zero the result values under position ``pos`` of result level
+        ``len(owned) - 1``, for the outermost loop ``f`` whose iteration at ``pos`` binds
+        the variables ``owned`` of result levels ``0 .. len(owned) - 1``; empty unless that
+        iteration owns those values.
+
+        A large result is then written once, by the thread that computes it, instead of
+        being zeroed beforehand in a separate pass over memory on one thread (the pool's
+        memset or the system's page zeroing); the caller allocates it unzeroed
+        (KernelIR.zeroes_result). It holds when ``f`` is the whole program and its loop
+        covers every position of that level (the caller's range), the result is stored
+        densely below it with sums or stores (it starts at zero), and every write to the
+        result is at ``owned`` in those levels: no iteration writes another's values."""
+        rdecl = self.decls[self.result]
+        fmt = rdecl.format
+        below = len(owned)
+        if (self.target != "c" or self.mode != "fused" or f is not self.prog.stmt or scope.coords
+                or self.result_allocated or fill_key(rdecl.fill) != fill_key(0)
+                or any(self.prov.defining(v) is not None for v in owned)
+                or not all(fmt.levels[k].full for k in range(below, rdecl.order))):
+            return []
+        writes = [a for a in _lhs_accesses(f.body) if a.tensor == self.result]
+        if not writes or any(self.level_var(a, k) != v for a in writes for k, v in enumerate(owned)):
+            return []
+        # the slice's start, and its length (the same for every position: full levels),
+        # which a specialized kernel knows: GCC then makes the loop a few vector stores (a
+        # memset, or a loop over [pos*16, (pos+1)*16), became a rep stos: TTM 2x slower)
+        start, count = pos, Const(1)
+        for k in range(below, rdecl.order):
+            names = self.names(self.result, k)
+            start = fmt.levels[k].range_bounds(names, start, add(start, Const(1)))[0]
+            count = fmt.levels[k].range_bounds(names, Const(0), count)[1]  # full: from 0
+        self.zeroes_result = True
+        note = Comment("the result values this iteration owns start at zero (allocated unzeroed)")
+        vals = self.vals(self.result)
+        if count == Const(1):
+            return [note, IRAssign(Load(vals, start), Const(0))]
+        q = self._unique("q")
+        return [note, For(q, "int64_t", Const(0), count, block(IRAssign(Load(vals, add(start, Var(q))), Const(0))))]
 
     def _for(self, f: Forall, var: str, lo: IRExpr, hi: IRExpr, body: list[IRStmt], scope: Scope,
              parallel: bool = True) -> IRStmt:
@@ -1686,7 +1736,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
                       drop_unread_zero_fill(block(prologue, body, epilogue, Return(Const(0))),
                                             self.append_written))
         return KernelIR(fn, tuple(params), self.mode, self.result, self.result_allocated,
-                        tuple(out_arrays), tuple(self.support))
+                        tuple(out_arrays), tuple(self.support), self.zeroes_result)
 
     def _bound_checks(self) -> list[IRStmt]:
         """Return BOUND_ERROR unless the extents meet the schedule's bound() promises."""

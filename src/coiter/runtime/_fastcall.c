@@ -85,6 +85,7 @@ typedef struct {
   PyObject* rname;         /* the result's name */
   int nops, nwords, nparams, nchecks, rorder, rlevels, result_kind, rtypenum, nout;
   int result_int32;        /* result index arrays are int32: its dimensions must fit */
+  int result_unzeroed;     /* the kernel zeroes the values it writes: allocate them unzeroed */
   int shared_op, shared_word, shared_levels;  /* RESULT_SHARED: operand, word of its
                               positions in the last shared level, levels shared */
   int64_t gil_work;        /* release the GIL from this much work on */
@@ -173,7 +174,7 @@ static PyMemberDef* slot_of(PyObject* type, PyObject* name) {
 /* CallPlan(fn, keepalive, ops, params, checks, rshape, rlevel_mode, result_kind,
  *          (shared_op, shared_word, shared_levels), rtypenum,
  *          result_int32, out_typenums, out_itemsizes, fixed, special_limit, finisher,
- *          tensor_type, storage_type, rformat, rname, gil_work)
+ *          tensor_type, storage_type, rformat, rname, gil_work, entries_slot, result_unzeroed)
  * ops: tuple of (keyword, kind, sig, typenum, order, block_len) in block order. */
 static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   unsigned long long fn;
@@ -184,14 +185,14 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   PyObject *finisher, *tensor_type, *storage_type, *rformat, *rname;
   int result_kind, rtypenum, result_int32;
   long long gil_work;
-  int entries_slot;
-  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!i(iii)ipO!O!O!LOOOOULi", &fn, &keepalive, &PyTuple_Type, &ops,
+  int entries_slot, result_unzeroed;
+  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!i(iii)ipO!O!O!LOOOOULip", &fn, &keepalive, &PyTuple_Type, &ops,
                         &PyTuple_Type, &params, &PyTuple_Type, &checks, &PyTuple_Type, &rshape,
                         &PyTuple_Type, &rlevel_mode, &result_kind, &shared_op, &shared_word,
                         &shared_levels, &rtypenum, &result_int32,
                         &PyTuple_Type, &out_typenums, &PyTuple_Type, &out_itemsizes,
                         &PyTuple_Type, &fixed, &special_limit, &finisher, &tensor_type, &storage_type,
-                        &rformat, &rname, &gil_work, &entries_slot))
+                        &rformat, &rname, &gil_work, &entries_slot, &result_unzeroed))
     return -1;
   if (!fn) { PyErr_SetString(PyExc_ValueError, "null kernel address"); return -1; }
   if (!PyType_Check(tensor_type) || !PyType_Check(storage_type)) {
@@ -276,6 +277,7 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   p->result_int32 = result_int32;
   p->gil_work = gil_work;
   p->entries_slot = entries_slot;
+  p->result_unzeroed = result_unzeroed;
   Py_INCREF(keepalive); p->keepalive = keepalive;
   Py_INCREF(finisher); p->finisher = finisher;
   Py_INCREF(tensor_type); p->tensor_type = tensor_type;
@@ -449,7 +451,7 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
   if (p->result_kind == RESULT_DENSE) {
     if (size <= 0 || size == INT64_MAX) goto not_implemented;  /* empty results: the Python path */
     npy_intp n = (npy_intp)size;
-    vals = pool_zeros(n, p->rtypenum);
+    vals = pool_array(n, p->rtypenum, !p->result_unzeroed);
     if (!vals) goto done;
     work += size;
   } else if (p->result_kind == RESULT_SHARED) {
@@ -457,7 +459,7 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
     for (int k = p->shared_levels; k < p->rlevels; k++) shared *= rdims[k];
     if (shared <= 0) goto not_implemented;  /* empty results: the Python path */
     npy_intp n = (npy_intp)shared;
-    vals = pool_zeros(n, p->rtypenum);
+    vals = pool_array(n, p->rtypenum, !p->result_unzeroed);
     if (!vals) goto done;
   }
 
@@ -548,15 +550,16 @@ static PyTypeObject CallPlanType = {
   .tp_call = (ternaryfunc)plan_call,
 };
 
-/* zeros(n, dtype) -> a zeroed 1-D array, large ones from the result pool */
-static PyObject* py_zeros(PyObject* self, PyObject* args) {
+/* array(n, dtype, zero) -> a 1-D array, zeroed or not; large ones from the result pool */
+static PyObject* py_array(PyObject* self, PyObject* args) {
   Py_ssize_t n;
   PyArray_Descr* descr = NULL;
-  if (!PyArg_ParseTuple(args, "nO&", &n, PyArray_DescrConverter, &descr)) return NULL;
+  int zero;
+  if (!PyArg_ParseTuple(args, "nO&p", &n, PyArray_DescrConverter, &descr, &zero)) return NULL;
   int typenum = descr->type_num;
   Py_DECREF(descr);
   if (n < 0) { PyErr_SetString(PyExc_ValueError, "negative length"); return NULL; }
-  return pool_zeros((npy_intp)n, typenum);
+  return pool_array((npy_intp)n, typenum, zero);
 }
 
 /* set_pool_limit(bytes): how many bytes of free blocks the result pool keeps (0: none) */
@@ -576,7 +579,7 @@ static PyObject* py_pool_stats(PyObject* self, PyObject* args) {
 }
 
 static PyMethodDef functions[] = {
-  {"zeros", py_zeros, METH_VARARGS, "zeros(n, dtype): a zeroed 1-D array; large ones from the result pool."},
+  {"array", py_array, METH_VARARGS, "array(n, dtype, zero): a 1-D array, zeroed or not; large ones from the result pool."},
   {"set_pool_limit", py_set_pool_limit, METH_VARARGS, "set_pool_limit(bytes): free bytes the result pool keeps."},
   {"pool_stats", py_pool_stats, METH_NOARGS, "pool_stats() -> (limit, free blocks, free bytes, blocks in use)."},
   {NULL, NULL, 0, NULL},

@@ -2,11 +2,11 @@
  *
  * A large dense result (a TTM or SpMM output of tens of megabytes) is a fresh mapping on
  * every call: the kernel's first touch of each page faults and the operating system zeroes
- * it, which took 8.6 ms of an 11.8 ms TTM call on 64 MiB. Arrays from pool_zeros() of at
+ * it, which took 8.6 ms of an 11.8 ms TTM call on 64 MiB. Arrays from pool_array() of at
  * least POOL_MIN_BYTES are carved from blocks this pool maps once and takes back when
  * NumPy frees the array (the array carries the pool's NumPy memory handler, so every view
  * keeps the block alive as long as it lives): the next call's result reuses the block's
- * mapped pages and pays a memset instead.
+ * mapped pages, zeroed by a memset, or not at all for a kernel that zeroes what it writes.
  *
  * Free blocks are kept up to a byte limit (pool_set_limit; 0 turns the pool off), at most
  * POOL_FREE_BLOCKS of them, the least recently freed given back to the system first. Blocks
@@ -82,12 +82,9 @@ static int find_live(const void* ptr) {
   return -1;
 }
 
-/* Zeroed memory for ``nelem * elsize`` bytes: from the pool from POOL_MIN_BYTES on, a
-   reused block (memset) or a new mapping (zero pages); below, calloc. */
-static void* pool_calloc(void* ctx, size_t nelem, size_t elsize) {
-  (void)ctx;
-  size_t size = nelem * elsize;
-  if ((elsize && size / elsize != nelem) || size < POOL_MIN_BYTES) return calloc(nelem, elsize);
+/* A pool block for ``size`` bytes (at least POOL_MIN_BYTES): a reused one, zeroed with a
+   memset when ``zero``, or a new mapping (zero pages); NULL when the pool is off or full. */
+static void* pool_take(size_t size, int zero) {
   pthread_mutex_lock(&lock);
   int slot = limit ? find_live(NULL) : -1;
   Block b = {NULL, 0};
@@ -96,9 +93,9 @@ static void* pool_calloc(void* ctx, size_t nelem, size_t elsize) {
     live[slot].ptr = RESERVED;
   }
   pthread_mutex_unlock(&lock);
-  if (slot < 0) return calloc(nelem, elsize); /* off, or every live entry in use */
+  if (slot < 0) return NULL;
   if (b.ptr) {
-    memset(b.ptr, 0, size);
+    if (zero) memset(b.ptr, 0, size);
   } else {
     b.cap = (size + POOL_ALIGN - 1) & ~(POOL_ALIGN - 1);
     b.ptr = mmap(NULL, b.cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -110,10 +107,21 @@ static void* pool_calloc(void* ctx, size_t nelem, size_t elsize) {
   pthread_mutex_lock(&lock);
   live[slot] = b; /* {NULL, 0} when the mapping failed: the entry is empty again */
   pthread_mutex_unlock(&lock);
-  return b.ptr ? b.ptr : calloc(nelem, elsize);
+  return b.ptr;
 }
 
-static void* pool_malloc(void* ctx, size_t size) { (void)ctx; return malloc(size); }
+static void* pool_calloc(void* ctx, size_t nelem, size_t elsize) {
+  (void)ctx;
+  size_t size = nelem * elsize;
+  void* p = (elsize && size / elsize != nelem) || size < POOL_MIN_BYTES ? NULL : pool_take(size, 1);
+  return p ? p : calloc(nelem, elsize);
+}
+
+static void* pool_malloc(void* ctx, size_t size) {
+  (void)ctx;
+  void* p = size < POOL_MIN_BYTES ? NULL : pool_take(size, 0);
+  return p ? p : malloc(size);
+}
 
 static void pool_free(void* ctx, void* ptr, size_t size) {
   (void)ctx; (void)size;
@@ -153,15 +161,15 @@ int pool_init(void) {
   return handler ? 0 : -1;
 }
 
-PyObject* pool_zeros(npy_intp n, int typenum) {
+PyObject* pool_array(npy_intp n, int typenum, int zero) {
   PyArray_Descr* descr = PyArray_DescrFromType(typenum);
   if (!descr) return NULL;
   int small = (size_t)n * (size_t)PyDataType_ELSIZE(descr) < POOL_MIN_BYTES || limit == 0;
   Py_DECREF(descr);
-  if (small) return PyArray_ZEROS(1, &n, typenum, 0);
+  if (small) return zero ? PyArray_ZEROS(1, &n, typenum, 0) : PyArray_EMPTY(1, &n, typenum, 0);
   PyObject* old = PyDataMem_SetHandler(handler);
   if (!old) return NULL;
-  PyObject* arr = PyArray_ZEROS(1, &n, typenum, 0);
+  PyObject* arr = zero ? PyArray_ZEROS(1, &n, typenum, 0) : PyArray_EMPTY(1, &n, typenum, 0);
   PyObject* back = PyDataMem_SetHandler(old);
   Py_DECREF(old);
   if (!back) { Py_XDECREF(arr); return NULL; }

@@ -137,7 +137,7 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         np.dtype(rdecl.dtype).num, itype == np.int32,
         tuple(t.num for t in out_types), tuple(t.itemsize for t in out_types), tuple(fixed),
         SPECIALIZE_EXTENT, finisher, tensor_type, storage_type, rfmt, core.result, GIL_WORK,
-        entries_slot(rfmt, ir.out_arrays))
+        entries_slot(rfmt, ir.out_arrays), ir.zeroes_result)
 
 
 def _extent_words(core: StorageKernel, offsets: Mapping[str, tuple[int, int, list]]

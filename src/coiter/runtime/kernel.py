@@ -87,12 +87,13 @@ class Variant:
         return ctypes.cast(self.packed, ctypes.c_void_p).value or 0
 
 
-def aligned_zeros(size: int, dtype: np.dtype, align: int = 64) -> np.ndarray:
-    """Zeros starting at a cache line: a dense result's rows then start aligned (vector
-    loads and stores of a convolution's output channels split no line)."""
+def aligned_values(size: int, dtype: np.dtype, zero: bool = True, align: int = 64) -> np.ndarray:
+    """Values (zeros unless ``zero`` is False) starting at a cache line: a dense result's
+    rows then start aligned (vector loads and stores of a convolution's output channels
+    split no line)."""
     dtype = np.dtype(dtype)
     extra = align // dtype.itemsize + 1
-    raw = pool.zeros(size + extra, dtype)
+    raw = (pool.zeros if zero else pool.empty)(size + extra, dtype)
     skip = (-raw.ctypes.data % align) // dtype.itemsize
     return raw[skip:skip + size]
 
@@ -587,11 +588,11 @@ class StorageKernel:
             elif p.tensor == self.result and p.kind not in ("array", "dim"):
                 if p.kind == "vals":
                     size = math.prod(rdims) if ir.mode != "compute" else storages[self.result].nnz
-                    res_vals = aligned_zeros(max(size, 1), rdecl.dtype)
+                    res_vals = aligned_values(max(size, 1), rdecl.dtype, not ir.zeroes_result)
                     args[n] = res_vals.ctypes.data
                 elif p.kind == "shared_vals":
                     size = shared_size(storages[p.array], p.level, rdims)
-                    res_vals = pool.zeros(max(size, 1), rdecl.dtype)
+                    res_vals = (pool.empty if ir.zeroes_result else pool.zeros)(max(size, 1), rdecl.dtype)
                     args[n] = res_vals.ctypes.data
                 elif p.kind == "out":
                     args[n] = out.ctypes.data
