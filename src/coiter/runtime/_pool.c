@@ -162,10 +162,15 @@ int pool_init(void) {
 }
 
 PyObject* pool_array(npy_intp n, int typenum, int zero) {
-  PyArray_Descr* descr = PyArray_DescrFromType(typenum);
-  if (!descr) return NULL;
-  int small = (size_t)n * (size_t)PyDataType_ELSIZE(descr) < POOL_MIN_BYTES || limit == 0;
-  Py_DECREF(descr);
+  /* on the call path of every kernel: arrays too short for the pool at 16 bytes a value
+     (complex128) skip the item size's lookup */
+  int small = limit == 0 || (size_t)n < POOL_MIN_BYTES / 16;
+  if (!small) {
+    PyArray_Descr* descr = PyArray_DescrFromType(typenum);
+    if (!descr) return NULL;
+    small = (size_t)n * (size_t)PyDataType_ELSIZE(descr) < POOL_MIN_BYTES;
+    Py_DECREF(descr);
+  }
   if (small) return zero ? PyArray_ZEROS(1, &n, typenum, 0) : PyArray_EMPTY(1, &n, typenum, 0);
   PyObject* old = PyDataMem_SetHandler(handler);
   if (!old) return NULL;

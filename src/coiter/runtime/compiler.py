@@ -153,7 +153,8 @@ def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str
     """Build ``source`` (saved with ``suffix``) into a shared library with ``toolchain``,
     or return the cached one; ``language`` names the compiler in errors."""
     key = _cache_key(source, toolchain)
-    shard = private_dir(private_dir(cache_dir()) / key[:2])
+    root = private_dir(cache_dir())
+    shard = private_dir(root / key[:2])
     so_path = shard / f"{key}.so"
     c_path = shard / f"{key}{suffix}"
     if sealed(key, so_path):
@@ -182,7 +183,7 @@ def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str
         seal(key, so_path)
     finally:
         tmp_path.unlink(missing_ok=True)
-    after_build(cache_dir())
+    after_build(root)
     return so_path
 
 
