@@ -4,9 +4,16 @@ coiter at one thread (and SciPy), in a process whose OpenMP thread count is not 
 
     python -m benchmarks.suite.busy SETTINGS.json SMALL LARGE > out.json
 
-``measure`` starts the spinner and that process. Calls alternate (default threads, one
-thread, SciPy) so that the spinner's effect lands on all of them alike; the result of
-every call is checked once first.
+``measure`` starts the spinner and that process; the result of every call is checked
+once first. Two timings, both reported:
+
+- by batches (the suite's multi-thread method, which the targets use): each system's runs
+  back to back after a pause, in several rounds, as a program calling one kernel
+  repeatedly sees it;
+- call by call (default threads, one thread, SciPy in turn): each call then pays for the
+  one before it. Parallel calls leave OpenMP workers spinning for a while, which take a
+  core from the next call, and a worker that fell asleep is woken where the scheduler
+  chooses, possibly on the core of the thread that waits for it.
 """
 from __future__ import annotations
 
@@ -16,10 +23,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 from .settings import REPO_ROOT, Settings
+from .timing import Timing, round_robin, timed_call
 
 SPINNER = "while True: pass"
 
@@ -78,22 +85,19 @@ def _probe(settings: Settings, name: str) -> dict[str, Any]:
         out = call()
         got = out.to_numpy() if label.startswith("coiter") else out
         assert_matches(np.asarray(got), case.reference, 1e-9)
-    per_round = sum(_seconds(call) for call in calls.values())
-    rounds = max(settings.min_runs * 4, min(400, int(2.0 / max(per_round, 1e-6))))
-    times: dict[str, list[float]] = {label: [] for label in calls}
-    for _ in range(rounds):
-        for label, call in calls.items():
-            times[label].append(_seconds(call))
-    return {"input": ref.name, "nnz": int(case.ops["A"].nnz), "rounds": rounds,
+    first = {label: timed_call(call)[1] for label, call in calls.items()}
+    runs = dict(first_s=first, budget_s=2.0, min_runs=settings.min_runs * 4, max_runs=400)
+    batched = round_robin(calls, **runs, gap_s=0.005, batches=8, warmup=2)
+    interleaved = round_robin(calls, **runs)
+    return {"input": ref.name, "nnz": int(case.ops["A"].nnz), "runs": batched["scipy"].runs,
             "threads_available": os.cpu_count(),
-            "systems": {label: {"median_s": median(ts), "p90_s": sorted(ts)[int(0.9 * (len(ts) - 1))],
-                                "max_s": max(ts)} for label, ts in times.items()}}
+            "systems": _summary(batched), "interleaved": _summary(interleaved)}
 
 
-def _seconds(call: Any) -> float:
-    t0 = time.perf_counter()
-    call()
-    return time.perf_counter() - t0
+def _summary(timings: dict[str, Timing]) -> dict[str, dict[str, float]]:
+    """Median, 90th percentile and maximum per system, in seconds."""
+    return {label: {"median_s": t.median_s, "p90_s": sorted(t.times_s)[int(0.9 * (t.runs - 1))],
+                    "max_s": t.max_s} for label, t in timings.items()}
 
 
 def main(argv: list[str]) -> None:
