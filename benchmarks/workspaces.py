@@ -1,7 +1,7 @@
 """Sparse workspace studies of Zhang, Hsu & Kjolstad, "Compilation of modular and general
 sparse workspaces" (PLDI 2024, §7).
 
-    python benchmarks/workspaces.py [--study outer|tensor|policy|all] [--data DIR]
+    python benchmarks/workspaces.py [--study outer|tensor|policy|threads|all] [--data DIR]
                                     [--repeat N] [--quick] [--out DIR]
 
 Studies (the paper's figure in brackets):
@@ -15,6 +15,8 @@ Studies (the paper's figure in brackets):
   ``A(i,j) = B(k,l,i) C(k,j) D(l,j)`` with sparse results on FROSTT tensors, the matrices
   10% dense: dense against sparse workspaces.
 * ``policy`` [Table 3] SpMTTKRP over the rank J with 1%-dense matrices, per policy.
+* ``threads`` (beyond the paper, whose code is serial) the outer-product SpGEMM of
+  ``outer`` on 1 and 2 threads: each thread scatters a block of k into its own workspace.
 
 Every table also runs ``workspace="auto"`` and reports it against the best hand-chosen
 workspace of its row. Times are single-threaded medians of ``--repeat`` runs after
@@ -253,8 +255,27 @@ def study_policy(args: argparse.Namespace) -> str:
                   "The paper (nips3): coord best for J <= 16, hash for 32-512, bucket from 1024.")
 
 
+def study_threads(args: argparse.Namespace) -> str:
+    names = ["bcsstk16", "cit-HepTh"] if args.quick else ["bcsstk16", "ex6", "s3rmt3m3", "bcsstk33", "cit-HepTh"]
+    table = []
+    for name in names:
+        a = sp.csr_array(coiter.read(args.data / "matrices" / f"{name}.mtx.gz").to_scipy())
+        p = outer_problem(name, a, _shifted_transpose(a))
+        print(f"  {p.label}: {a.shape}, nnz {a.nnz}", flush=True)
+        for ws in ("bucket", "hash"):
+            k = p.kernel(ws, args.cap)
+            cases = {t: (lambda k=k, t=t: k(**p.operands, threads=t), _check(p.reference)) for t in (1, 2)}
+            one, two = bench_group(cases, args.repeat, warmup=1).values()
+            speedup = f"{one.median / two.median:.2f}" if isinstance(one, Timing) and isinstance(two, Timing) else "-"
+            table.append([name, ws, one.ms(), two.ms(), speedup])
+    return ("### Outer-product SpGEMM on threads\n\nThe inputs of the outer study, B CSC x C CSR "
+            "-> CSR; median ms at 1 and 2 threads (each thread scatters a block of k, balanced by "
+            "products, into its own workspace; the parts are merged after).\n\n"
+            + markdown_table(["matrix", "policy", "1 thread", "2 threads", "speedup"], table) + "\n")
+
+
 STUDIES: dict[str, Callable[[argparse.Namespace], str]] = {
-    "outer": study_outer, "tensor": study_tensor, "policy": study_policy,
+    "outer": study_outer, "tensor": study_tensor, "policy": study_policy, "threads": study_threads,
 }
 
 

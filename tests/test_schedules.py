@@ -337,6 +337,85 @@ def test_parallel_assembly_with_empty_blocks_of_rows() -> None:
     np.testing.assert_allclose(k(A=A, B=A, threads=8).to_numpy(), (A @ A).toarray())
 
 
+# ------------------------------------------------- precompute over several variables
+
+# TACO's test/tests-workspaces.cpp cases that precompute over a set of variables
+# (precompute2D_add, precompute4D_add, precompute4D_multireduce, precompute3D_TspV,
+# precompute3D_multipleWS, precompute3D_renamedIVars_TspV), on 5-wide operands: expression,
+# schedule, NumPy reference (einsum subscripts, or "+" for the sum of the operands), orders
+MULTI_VAR_PRECOMPUTES = {
+    "2D_add": ("A(i,j) = B(i,j) + C(i,j) + D(i,j)", "precompute(B(i,j)+C(i,j),{i,j},{i,j},ws)",
+               "+", {"B": 2, "C": 2, "D": 2}),
+    "4D_add": ("A(i,j,k,l) = B(i,j,k,l) + C(i,j,k,l) + D(i,j,k,l)",
+               "precompute(B(i,j,k,l)+C(i,j,k,l),{i,j,k,l},{i,j,k,l},ws1),"
+               "precompute(ws1(i,j,k,l)+D(i,j,k,l),{i,j,k,l},{i,j,k,l},ws2)",
+               "+", {"B": 4, "C": 4, "D": 4}),
+    "4D_multireduce": ("A(i,j) = B(i,j,k,l) * C(k,l,m) * D(m,n)",
+                       "precompute(B(i,j,k,l)*C(k,l,m),{i,j,m},{i,j,m},ws1),"
+                       "precompute(ws1(i,j,m)*D(m,n),{i,j},{i,j},ws2)",
+                       "ijkl,klm,mn->ij", {"B": 4, "C": 3, "D": 2}),
+    "3D_TspV": ("A(i,j) = B(i,j,k,l) * c(l) * c(k)", "precompute(B(i,j,k,l)*c(l),{i,j,k},{i,j,k},ws)",
+                "ijkl,l,k->ij", {"B": 4, "c": 1}),
+    "3D_multipleWS": ("A(i,j) = B(i,j,k,l) * c(l) * c(k)",
+                      "precompute(B(i,j,k,l)*c(l),{i,j,k},{i,j,k},ws),precompute(ws(i,j,k)*c(k),{i,j},{i,j},t)",
+                      "ijkl,l,k->ij", {"B": 4, "c": 1}),
+    "3D_renamedIVars_TspV": ("A(i,j) = B(i,j,k,l) * c(l) * c(k)",
+                             "precompute(B(i,j,k,l)*c(l),{i,j,k},{iw,jw,kw},ws)",
+                             "ijkl,l,k->ij", {"B": 4, "c": 1}),
+}
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("case", sorted(MULTI_VAR_PRECOMPUTES))
+def test_precompute_over_several_variables(case: str, sparse: bool) -> None:
+    """Each workspace is a dense temporary over the set of variables given (renamed or
+    not), the concrete program holds it with those modes, and values equal NumPy's on dense
+    operands and on sparse ones (vectors compressed, as TACO's c, and CSF tensors)."""
+    expr, schedule, subscripts, orders = MULTI_VAR_PRECOMPUTES[case]
+    rng = np.random.default_rng(21)
+    arrays = {n: rng.integers(-3, 4, size=(5,) * order).astype(float) * (rng.random((5,) * order) < 0.6)
+              for n, order in orders.items()}
+    # sparse: the last level compressed (every level compressed, four sparse 4-D terms
+    # would make a merge lattice concretize declines, adding them one at a time)
+    formats = {n: "d" * (order - 1) + ("s" if sparse else "d") for n, order in orders.items()}
+    k = coiter.compile(expr, formats=formats, schedule=schedule)
+    names = re.findall(r"precompute\(.*?\{(.*?)\},\{(.*?)\},(\w+)\)", schedule)
+    temps = k.concrete.tensors
+    for over, modes, ws in names:
+        got_modes = [m.name for m in temps[ws].modes]
+        # a variable whose loop encloses the workspace's where (outside concretize's scalar
+        # temporary) keeps its name
+        assert len(got_modes) == len(modes.split(","))
+        assert all(g in (o, m) for g, o, m in zip(got_modes, over.split(","), modes.split(",")))
+    got = k(**{n: coiter.Tensor.from_numpy(a, format=formats[n]) for n, a in arrays.items()})
+    operands = [arrays[a] for a in re.findall(r"([A-Za-z]+)\(", expr.split("=")[1])]
+    expected = sum(operands) if subscripts == "+" else np.einsum(subscripts, *operands)
+    np.testing.assert_array_equal(got.to_numpy(), expected)
+
+
+def test_precompute_sets_parse_and_print() -> None:
+    """``{i,j}`` is one argument of precompute (a tuple, printed back with braces); other
+    commands read braces as a plain list, as before."""
+    (cmd,) = parse_commands("precompute(B(i,j)+C(i,j),{i,j},{iw,jw},ws)")
+    assert cmd.args == ("B(i,j)+C(i,j)", ("i", "j"), ("iw", "jw"), "ws")
+    assert str(cmd) == "precompute(B(i,j)+C(i,j),{i,j},{iw,jw},ws)"
+    (cmd,) = parse_commands("reorder({j,i})")
+    assert cmd.args == ("j", "i")
+
+
+def test_precompute_set_errors() -> None:
+    expr = "A(i,j) = B(i,j) + C(i,j) + D(i,j)"
+    with pytest.raises(ScheduleError, match="as many workspace variables as loop variables"):
+        coiter.compile(expr, schedule="precompute(B(i,j)+C(i,j),{i,j},{i},ws)")
+    with pytest.raises(ScheduleError, match="loop variables must be distinct"):
+        coiter.compile(expr, schedule="precompute(B(i,j)+C(i,j),{i,i},{a,b},ws)")
+    with pytest.raises(ScheduleError, match="already used"):
+        coiter.compile(expr, schedule="precompute(B(i,j)+C(i,j),{i,j},{i,i},ws)")
+    with pytest.raises(ScheduleError, match="over a derived variable is dense"):
+        coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"},
+                       schedule="split(i,i0,i1,4),precompute(A(i,j)*x(j),i1,i1,w,hash)")
+
+
 # ---------------------------------------------------------------- preconditions
 
 

@@ -262,13 +262,59 @@ def test_unknown_workspace_is_named() -> None:
 
 
 def test_parallel_loops_sharing_a_workspace_are_refused() -> None:
-    """A parallelize whose iterations would share one workspace is a ScheduleError (the
-    outer product's loop over k scatters into one workspace of the whole result)."""
+    """A parallelize whose iterations would share one workspace is a ScheduleError: the
+    loop over k inside the row-wise kernel's loop over i scatters into the row's workspace
+    (only a producer's outermost loop outside every other loop gets per-thread workspaces)."""
     from coiter.errors import ScheduleError
 
     with pytest.raises(ScheduleError, match="workspace w0 is shared"):
-        coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csc", "C": "csr"},
-                       schedule="parallelize(k,CPUThread,NoRaces)")
+        coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       workspace="hash", schedule="parallelize(k,CPUThread,NoRaces)")
+
+
+SCATTERING = ("outer-product SpGEMM", "SpTTM", "SpMTTKRP")
+
+
+@pytest.mark.parametrize("policy", ["coord", "bucket", "hash", "auto"])
+@pytest.mark.parametrize("kernel", SCATTERING)
+@pytest.mark.parametrize("schedule", ["", "parallelize(k,CPUThread,NoRaces)"])
+def test_outer_products_scatter_in_parallel(kernel: str, policy: str, schedule: str) -> None:
+    """The outer product's loop over k runs on threads (by default, or asked for), each
+    thread inserting into its own workspace: every result format equals NumPy, and the
+    arrays equal the serial kernel's (integer values: sums in any order are exact)."""
+    expr, subscripts, spec = KERNELS[kernel]
+    rng = np.random.default_rng(11)
+    arrays = _operands(rng, spec)
+    expected = np.einsum(subscripts, *arrays.values())
+    for result in RESULTS_2 if expected.ndim == 2 else RESULTS_3:
+        formats = {n: f for n, (_, f) in spec.items()} | {"A": result}
+        k = coiter.compile(expr, formats=formats, workspace=policy, schedule=schedule or None)
+        assert "scatter in parallel" in k.source
+        ops = {n: coiter.Tensor.from_numpy(a, format=formats[n]) for n, a in arrays.items()}
+        serial = k(**ops, threads=1)
+        np.testing.assert_array_equal(serial.to_numpy(), expected)
+        for threads in (2, 3, 7):
+            got = k(**ops, threads=threads)
+            for mine, theirs in zip(got.storage.levels, serial.storage.levels):
+                assert all(np.array_equal(mine[n], theirs[n]) for n in mine)
+            np.testing.assert_array_equal(got.storage.vals, serial.storage.vals)
+
+
+@pytest.mark.parametrize("policy", ["bucket", "hash"])
+def test_parallel_outer_product_on_skewed_columns(policy: str) -> None:
+    """Threads take blocks of k balanced by the products under each k: with most products
+    in a few columns (a block of equal width would get them all) and real values, results
+    match SciPy at 1, 2 and 4 threads."""
+    rng = np.random.default_rng(12)
+    n = 3000
+    dense_cols = sp.random_array((n, 8), density=0.5, rng=rng, format="csc")
+    b = sp.hstack([dense_cols, sp.random_array((n, n - 8), density=0.0005, rng=rng)], format="csc")
+    c = sp.csr_array(b.T)
+    expected = (b @ c).toarray()
+    k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "csr", "B": "csc", "C": "csr"},
+                       workspace=policy)
+    for threads in (1, 2, 4):
+        np.testing.assert_allclose(k(B=b, C=c, threads=threads).to_numpy(), expected, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("policy", ["coord", "bucket", "hash", "dense"])
@@ -375,9 +421,41 @@ def test_precompute_refusals() -> None:
     with pytest.raises(coiter.ScheduleError, match="would be the whole result"):
         coiter.compile(expr, formats={**formats, "B": "csc"},
                        schedule="precompute(B(i,k)*C(k,j),j,j,w,dense)")
-    with pytest.raises(coiter.ScheduleError, match="goes into a dense workspace here"):
-        coiter.compile("y(i) = B(i,j) * x(j)", formats={"B": "csr"},
-                       schedule="precompute(B(i,j)*x(j),j,j,w,hash)")
+
+
+# precompute with a sparse workspace where coiter inserts none: expression, schedule (the
+# policy filled in), operand shapes, NumPy reference
+SPARSE_PRECOMPUTES = {
+    "sum then product": ("A(i,j) = (B(i,j) + C(i,j)) * D(i,j)", "precompute(B(i,j)+C(i,j),j,j,w,{p})",
+                         {"B": (8, 9), "C": (8, 9), "D": (8, 9)}, lambda o: (o["B"] + o["C"]) * o["D"]),
+    "2-D sum": ("A(i,j) = B(i,j) + C(i,j) + D(i,j)", "precompute(B(i,j)+C(i,j),{{i,j}},{{i,j}},w,{p})",
+                {"B": (8, 9), "C": (8, 9), "D": (8, 9)}, lambda o: o["B"] + o["C"] + o["D"]),
+    "SpMV row": ("y(i) = A(i,j) * x(j)", "precompute(A(i,j)*x(j),j,j,w,{p})",
+                 {"A": (8, 9), "x": (9,)}, lambda o: o["A"] @ o["x"]),
+    "MTTKRP at j": ("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", "reorder(i,k,l,j),precompute(B(i,k,l)*C(k,j),j,j,w,{p})",
+                    {"B": (5, 6, 7), "C": (6, 4), "D": (7, 4)},
+                    lambda o: np.einsum("ikl,kj,lj->ij", o["B"], o["C"], o["D"])),
+}
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense operands", "sparse operands"])
+@pytest.mark.parametrize("policy", ["coord", "bucket", "hash"])
+@pytest.mark.parametrize("case", sorted(SPARSE_PRECOMPUTES))
+def test_precompute_into_a_sparse_workspace(case: str, policy: str, sparse: bool) -> None:
+    """``precompute(..., policy)`` where coiter would use a dense temporary (or none): the
+    workspace is an insert-sort-merge workspace of that policy over the variables given,
+    read by the consumer as a sorted coordinate list; values equal NumPy's (TACO's MTTKRP
+    schedule with a workspace at j among them)."""
+    expr, schedule, shapes, ref = SPARSE_PRECOMPUTES[case]
+    rng = np.random.default_rng(13)
+    arrays = {n: rng.integers(-3, 4, size=s).astype(float) * (rng.random(s) < 0.4) for n, s in shapes.items()}
+    formats = {n: ("d" * (len(s) - 1) + "s" if sparse else "d" * len(s)) for n, s in shapes.items()}
+    k = coiter.compile(expr, formats=formats, schedule=schedule.format(p=policy))
+    decl = k.concrete.tensors["w"]
+    assert (decl.role, decl.policy) == ("workspace", policy)
+    ops = {n: coiter.Tensor.from_numpy(a, format=formats[n]) for n, a in arrays.items()}
+    for threads in (1, 2):  # a workspace filled outside every loop is scattered by threads
+        np.testing.assert_array_equal(k(**ops, threads=threads).to_numpy(), ref(arrays))
 
 
 @pytest.mark.parametrize("kernel_workspace", ["auto", "hash"])

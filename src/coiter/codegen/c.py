@@ -60,6 +60,17 @@ static inline int64_t coiter_chunk_rows(int64_t n, int64_t t) {{
   int64_t c = n / (16 * (t > 0 ? t : 1));
   return c < 64 ? 64 : (c > 2048 ? 2048 : c);
 }}
+/* the first of n iterations that part `part` of `parts` starts at, so that each part gets
+   about the same work: prefix[q] is the work of iterations 0..q-1 */
+static inline int64_t coiter_balanced_start(const int64_t* prefix, int64_t n, int64_t part, int64_t parts) {{
+  if (part >= parts) return n;
+  int64_t goal = (int64_t)((double)prefix[n] * (double)part / (double)parts), lo = 0, hi = n;
+  while (lo < hi) {{
+    int64_t mid = lo + (hi - lo) / 2;
+    if (prefix[mid] < goal) lo = mid + 1; else hi = mid;
+  }}
+  return lo;
+}}
 
 /* Heap blocks of 4 MiB and more get transparent huge pages, as NumPy's arrays do: a 64 MiB
    result then takes 32 page faults, not 16384 (a third of a large SpAdd's time). The

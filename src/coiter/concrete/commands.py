@@ -24,10 +24,21 @@ class Command:
     def make(name: str, args: tuple[Any, ...]) -> Command:
         if name not in NAMES:
             raise ScheduleError(f"unknown scheduling command {name!r}; expected one of {sorted(NAMES)}")
-        return Command(name, tuple(a.name if isinstance(a, IndexVar) else a for a in args))
+        def plain(a: Any) -> Any:
+            if isinstance(a, (tuple, list)):
+                return tuple(plain(x) for x in a)
+            return a.name if isinstance(a, IndexVar) else a
+
+        args = tuple(plain(a) for a in args)
+        if name != "precompute":  # only precompute takes sets ({i,j}); elsewhere they are lists
+            args = tuple(x for a in args for x in (a if isinstance(a, tuple) else (a,)))
+        return Command(name, args)
 
     def __str__(self) -> str:
-        return f"{self.name}({','.join(str(a) for a in self.args if a != '')})"
+        def text(a: Any) -> str:
+            return "{" + ",".join(map(str, a)) + "}" if isinstance(a, tuple) else str(a)
+
+        return f"{self.name}({','.join(text(a) for a in self.args if a != '')})"
 
 
 def _split_args(text: str) -> list[str]:
@@ -48,6 +59,13 @@ def _split_args(text: str) -> list[str]:
     return out
 
 
+def _arg(text: str) -> Any:
+    """One argument: an integer, a set ``{i,j}`` (a tuple) or the text itself."""
+    if text.startswith("{") and text.endswith("}"):
+        return tuple(_arg(a) for a in _split_args(text[1:-1]))
+    return int(text) if text.isdigit() else text
+
+
 def parse_commands(text: str) -> tuple[Command, ...]:
     """TACO's command string, e.g. ``"split(i,i0,i1,16),reorder(i0,i1,j),
     parallelize(i0,CPUThread,NoRaces)"``, as commands."""
@@ -66,8 +84,8 @@ def parse_commands(text: str) -> tuple[Command, ...]:
                 break
         if end is None:
             raise ScheduleError(f"schedule {text!r}: unbalanced parentheses in {rest!r}")
-        args = _split_args(rest[m.end():end].replace("{", "").replace("}", ""))
-        commands.append(Command.make(m.group(1), tuple(int(a) if a.isdigit() else a for a in args)))
+        args = [_arg(a) for a in _split_args(rest[m.end():end])]
+        commands.append(Command.make(m.group(1), tuple(args)))
         rest = rest[end + 1:].strip()
         if rest.startswith(","):
             rest = rest[1:].strip()

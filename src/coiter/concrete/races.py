@@ -14,7 +14,7 @@ from typing import Mapping
 
 from ..notation.ast import Access, IndexVar
 from .provenance import Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Split
-from .stmt import Assign, Forall, Stmt, TensorDecl, Where, walk_stmts
+from .stmt import Assign, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts
 
 
 def distinct_vars(prov: Provenance, v: IndexVar, decls: Mapping[str, TensorDecl]) -> frozenset[IndexVar]:
@@ -101,4 +101,26 @@ def races(prov: Provenance, loop: Forall, decls: Mapping[str, TensorDecl]) -> li
         race = Race(s.lhs, s.accumulate, decl.role)
         if race not in out:
             out.append(race)
+    return out
+
+
+def scatter_loops(s: Stmt, decls: Mapping[str, TensorDecl], inside_loop: bool = False) -> set[int]:
+    """``id`` of each loop that may scatter into per-thread sparse workspaces: the outermost
+    loop of a ``where``'s producer that writes a workspace with an insert-sort-merge policy,
+    outside every other loop (the outer product's loop over k). Its threads insert into
+    workspaces of their own, merged after the loop (coiter.lower.scatter)."""
+    out: set[int] = set()
+    if isinstance(s, Where) and not inside_loop and isinstance(s.producer, Forall):
+        written = {x.lhs.tensor for x in walk_stmts(s.producer) if isinstance(x, Assign)}
+        if any(decls[t].role == "workspace" and decls[t].policy is not None for t in written):
+            out.add(id(s.producer))
+    below: tuple[Stmt, ...] = ()
+    if isinstance(s, Forall):
+        below = (s.body,)
+    elif isinstance(s, Where):
+        below = (s.consumer, s.producer)
+    elif isinstance(s, (Sequence, Multi)):
+        below = (s.define, s.mutate) if isinstance(s, Sequence) else (s.left, s.right)
+    for child in below:
+        out |= scatter_loops(child, decls, inside_loop or isinstance(s, Forall))
     return out

@@ -19,12 +19,12 @@ from ..formats.format import Format, coo, dense
 from ..formats.levels.workspace import WorkspaceList
 from ..formats.workspaces import DENSE, policy_names
 from ..notation.ast import (
-    Access, Add, Call, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses, factors, map_accesses,
-    rename_index,
+    Access, Add, Call, Div, Expr, IndexVar, Literal, Mul, Neg, Sub, accesses, children, factors,
+    map_accesses, rename_index, walk, with_children,
 )
 from ..notation.functions import zero_at
 from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Solved, Split
-from .races import races, row_assembly
+from .races import races, row_assembly, scatter_loops
 from .commands import Command
 from .stmt import (
     PARALLEL_UNITS, RACE_STRATEGIES, Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt,
@@ -441,8 +441,9 @@ def _parallelize(prog: ConcreteProgram, cmd: Command, i: Any, unit: Any, race: A
     if chunking and not _CHUNKING.match(str(chunking)):
         raise ScheduleError(f"{cmd}: chunking must be 'static', 'dynamic' or 'dynamic,N', got {chunking!r}")
     prov = Provenance(prog.env.relations)
+    scattering = scatter_loops(prog.stmt, prog.tensors)
     for loop in (s for s in walk_stmts(prog.stmt) if isinstance(s, Forall) and s.var == v):
-        check_races(prov, loop, prog.tensors, unit, race, str(cmd))
+        check_races(prov, loop, prog.tensors, unit, race, str(cmd), scatters=id(loop) in scattering)
         inner = {s.unit for s in walk_stmts(loop.body) if isinstance(s, Forall)}
         if unit == "CPUVector" and "CPUThread" in inner:
             raise ScheduleError(f"{cmd}: a vector loop cannot contain a thread-parallel loop")
@@ -462,8 +463,10 @@ def _loops_with_paths(s: Stmt, path: tuple[Forall, ...] = ()):
         yield from _loops_with_paths(child, path)
 
 
-def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why: str) -> None:
-    """The race strategy's preconditions for running ``loop`` in parallel."""
+def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why: str,
+                scatters: bool = False) -> None:
+    """The race strategy's preconditions for running ``loop`` in parallel; ``scatters``:
+    the loop may give its threads sparse workspaces of their own (:func:`scatter_loops`)."""
     if unit == "NotParallel":
         return
     # rows of a CSR-like, DCSR, COO or CSF result are assembled into per-thread buffers
@@ -477,7 +480,8 @@ def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why
                                 "in parallel only by the loop over their first mode, when that "
                                 "level is compressed (DCSR, COO, CSF) or dense above a compressed one (CSR)")
     for r in races(prov, loop, decls):
-        if r.role == "workspace" and rows:
+        if r.role == "workspace" and (rows or (scatters and unit == "CPUThread"
+                                               and decls[r.access.tensor].policy is not None)):
             continue
         if r.role == "workspace":
             raise ScheduleError(f"{why}: the workspace {r.access.tensor} is shared by all iterations")
@@ -497,62 +501,113 @@ def _precompute(prog: ConcreteProgram, cmd: Command, expr: Any, i: Any, iw: Any,
     if fmt not in ("", DENSE, *policy_names()):
         raise ScheduleError(f"{cmd}: unknown workspace format {fmt!r}; choose one of "
                             f"{', '.join(policy_names())}")
+    # TACO's precompute(e, {i,j}, {iw,jw}, w) takes sets of variables; one may go bare
+    vs, ws_vars = _var_names(i), _var_names(iw)
+    if not vs or len(vs) != len(ws_vars):
+        raise ScheduleError(f"{cmd}: give as many workspace variables as loop variables "
+                            f"({len(vs)} and {len(ws_vars)})")
     inserted = _inserted_workspace(prog, expr)
     if inserted is not None:
-        return _take_workspace(prog, cmd, inserted, i, iw, ws, fmt)
-    if fmt not in ("", DENSE):
-        raise ScheduleError(f"{cmd}: a {fmt} workspace holds a result that the loops scatter into "
-                            f"(as in SpGEMM); {expr} goes into a dense workspace here (give no "
-                            "format or dense)")
-    v = _loop(prog, cmd, i)
-    w = iw if iw == i else _fresh(prog, cmd, iw)[0].name
-    if Provenance(prog.env.relations).defining(v) is not None:
-        return _precompute_derived(prog, cmd, expr, v, IndexVar(w), ws)
-    vw = IndexVar(w)
+        return _take_workspace(prog, cmd, inserted, vs, ws_vars, ws, fmt)
+    loop_vars = [_loop(prog, cmd, n) for n in vs]
+    if len(set(loop_vars)) != len(loop_vars):
+        raise ScheduleError(f"{cmd}: the loop variables must be distinct")
+    renamed = [n for n, m in zip(vs, ws_vars) if n != m]
+    fresh = dict(zip(renamed, _fresh(prog, cmd, *[m for n, m in zip(vs, ws_vars) if n != m])))
+    w_vars = [fresh.get(n, IndexVar(n)) for n in vs]
+    prov = Provenance(prog.env.relations)
+    if any(prov.defining(v) is not None for v in loop_vars):
+        if len(loop_vars) != 1 or fmt not in ("", DENSE):
+            raise ScheduleError(f"{cmd}: a workspace over a derived variable is dense and takes "
+                                "that one variable")
+        return _precompute_derived(prog, cmd, expr, loop_vars[0], w_vars[0], ws)
     if not isinstance(ws, str) or not _NAME.match(ws) or ws in prog.tensors:
         raise ScheduleError(f"{cmd}: the workspace needs a new tensor name, got {ws!r}")
-    want = Counter(str(f) for f in factors(expr))
-    hits = [(loops, s) for loops, s in _paths(prog.stmt)
-            if v in loops and not want - Counter(str(f) for f in factors(s.rhs))]
+    over = set(loop_vars)
+    names = ", ".join(v.name for v in loop_vars)
+    rhs_ws = Access(ws, tuple(loop_vars))
+    hits = [(loops, s, rhs) for loops, s in _paths(prog.stmt)
+            if over <= set(loops) and (rhs := _with_workspace(s.rhs, expr, rhs_ws)) is not None]
     if len(hits) != 1:
-        raise ScheduleError(f"{cmd}: {expr} must be a product of factors of exactly one assignment "
-                            f"inside the loop over {v} (found {len(hits)})")
-    loops, target = hits[0]
-    rest = list(factors(target.rhs))
-    for f in factors(expr):
-        rest.remove(next(x for x in rest if str(x) == str(f)))
+        raise ScheduleError(f"{cmd}: {expr} must be a product of factors, or a sub-expression, of "
+                            f"exactly one assignment inside the loops over {names} (found {len(hits)})")
+    loops, target, consumer_rhs = hits[0]
     vars_expr = {u for a in accesses(expr) for u in a.indices}
-    vars_rest = set(target.lhs.indices) | {u for f in rest for a in accesses(f) for u in a.indices}
-    if v not in vars_expr:
-        raise ScheduleError(f"{cmd}: {expr} is not indexed by {v}")
-    # summed inside the workspace's producer; never v, which indexes the workspace the
-    # consumer reads (a whole dot product precomputed: the consumer still sums w(i) over i)
-    reduced = vars_expr - vars_rest - {v}
-    shared = (vars_expr & vars_rest) - {v}
-    start = min(loops.index(u) for u in reduced | {v})
-    below = set(loops[start:])
-    if shared & below:
-        raise ScheduleError(f"{cmd}: {expr} and the rest of {target} share the inner loop(s) "
-                            f"{', '.join(sorted(u.name for u in shared & below))}")
-    rhs_ws = Access(ws, (v,))
-    consumer: Stmt = Assign(target.lhs, _product(rest + [rhs_ws]) if rest else rhs_ws, target.accumulate)
-    producer_expr = rename_index(expr, v, vw)
-    producer: Stmt = Assign(Access(ws, (vw,)), producer_expr, True)
-    frames = _frames_to(prog.stmt, target, str(cmd))[start:]
-    for f, inner in zip(frames, frames[1:] + [target]):
-        if f.body is not inner:
-            raise ScheduleError(f"{cmd}: the loops from {frames[0].var} down to {target} must be "
-                                "perfectly nested")
+    vars_rest = set(target.lhs.indices) | {u for a in accesses(consumer_rhs) if a.tensor != ws for u in a.indices}
+    if not over <= vars_expr:
+        raise ScheduleError(f"{cmd}: {expr} is not indexed by {', '.join(sorted(v.name for v in over - vars_expr))}")
+    # the where goes around the perfect nest of loops right above the target; loops above
+    # that nest (outside a scalar temporary's where, say) enclose it, and their variables
+    # are fixed for the producer (a workspace variable among them indexes a slice per
+    # iteration)
+    enclosing = _frames_to(prog.stmt, target, str(cmd))
+    nest = len(enclosing)
+    while nest > 0 and enclosing[nest - 1].body is (enclosing[nest] if nest < len(enclosing) else target):
+        nest -= 1
+    nested = {f.var for f in enclosing[nest:]}
+    # summed inside the workspace's producer; never a workspace variable, which indexes the
+    # workspace the consumer reads (a whole dot product precomputed: the consumer still
+    # sums w(i) over i)
+    reduced = vars_expr - vars_rest - over - {f.var for f in enclosing[:nest]}
+    shared = (vars_expr & vars_rest) - over
+    start = min((loops.index(u) for u in reduced | (over & nested)), default=len(loops))
+    if shared & set(loops[start:]):
+        # the producer cannot sum inside: TACO's placement, the where at the workspace
+        # variables' loops, every other variable of the expression bound above them
+        start = min((loops.index(u) for u in over & nested), default=len(loops))
+        reduced = set()
+        inner = {u for u in vars_expr - over if loops.index(u) >= start}
+        if inner:
+            raise ScheduleError(f"{cmd}: {expr} and the rest of {target} share the inner loop(s) "
+                                f"{', '.join(sorted(u.name for u in shared & set(loops[start:]) or inner))}")
+    consumer: Stmt = Assign(target.lhs, consumer_rhs, target.accumulate)
+    frames = enclosing[start:]
+    # the producer's own loops take the workspace variables; a variable whose loop
+    # encloses the where keeps its name (the producer runs inside that loop)
+    to_w = {v: w for v, w in zip(loop_vars, w_vars) if v in {f.var for f in frames}}
+    w_vars = [to_w.get(v, v) for v in loop_vars]
+    producer_expr = expr
+    for v, w in to_w.items():
+        producer_expr = rename_index(producer_expr, v, w)
+    producer: Stmt = Assign(Access(ws, tuple(w_vars)), producer_expr, True)
     for f in reversed(frames):
         if f.var not in reduced:
             consumer = replace(f, body=consumer)
         if f.var in vars_expr:
-            producer = replace(f, var=vw if f.var == v else f.var, body=producer)
+            producer = replace(f, var=to_w.get(f.var, f.var), body=producer)
     new = Where(consumer, producer)
-    stmt = _replace_at(prog.stmt, frames[0], new)
+    stmt = _replace_at(prog.stmt, frames[0] if frames else target, new)
     result = prog.tensors[prog.result]
-    decl = TensorDecl(ws, dense(1), result.dtype, "temp", (vw,))
+    if fmt in ("", DENSE):
+        decl = TensorDecl(ws, dense(len(w_vars)), result.dtype, "temp", tuple(w_vars))
+    else:
+        decl = TensorDecl(ws, coo(len(w_vars)), result.dtype, "workspace", tuple(w_vars), policy=fmt)
     return _with(prog, stmt, tensors={**prog.tensors, ws: decl})
+
+
+def _with_workspace(rhs: Expr, expr: Expr, ws: Access) -> Expr | None:
+    """``rhs`` with ``expr`` read from the workspace access ``ws``: when ``expr``'s factors
+    are among ``rhs``'s (in any order), the remaining factors times ``ws``; else when
+    ``expr`` is a sub-expression of ``rhs`` (a sum's terms, say), ``rhs`` with it replaced;
+    else None."""
+    want = Counter(str(f) for f in factors(expr))
+    if not want - Counter(str(f) for f in factors(rhs)):
+        rest = list(factors(rhs))
+        for f in factors(expr):
+            rest.remove(next(x for x in rest if str(x) == str(f)))
+        return _product(rest + [ws]) if rest else ws
+    if not any(str(x) == str(expr) for x in walk(rhs)):
+        return None
+
+    def swap(e: Expr) -> Expr:
+        return ws if str(e) == str(expr) else with_children(e, [swap(c) for c in children(e)])
+
+    return swap(rhs)
+
+
+def _var_names(arg: Any) -> tuple[Any, ...]:
+    """A precompute's variable argument as a tuple: one name, or a set of them."""
+    return tuple(arg) if isinstance(arg, (tuple, list)) else (arg,)
 
 
 def _inserted_workspace(prog: ConcreteProgram, expr: Expr) -> TensorDecl | None:
@@ -570,15 +625,16 @@ def _inserted_workspace(prog: ConcreteProgram, expr: Expr) -> TensorDecl | None:
     return None
 
 
-def _take_workspace(prog: ConcreteProgram, cmd: Command, decl: TensorDecl, i: Any, iw: Any,
-                    ws: Any, fmt: str) -> ConcreteProgram:
+def _take_workspace(prog: ConcreteProgram, cmd: Command, decl: TensorDecl, vs: tuple[Any, ...],
+                    ws_vars: tuple[Any, ...], ws: Any, fmt: str) -> ConcreteProgram:
     """``precompute`` of an expression that already sits in the workspace coiter inserts
-    for a scattered result (SpGEMM's row): that workspace takes the name ``ws`` and, when
-    given, the format ``fmt`` (dense, or an insert-sort-merge policy); its loops stay."""
+    for a scattered result (SpGEMM's row, or the outer product's whole result): that
+    workspace takes the name ``ws`` and, when given, the format ``fmt`` (dense, or an
+    insert-sort-merge policy); its loops stay."""
     if not isinstance(ws, str) or not _NAME.match(ws) or ws in prog.tensors:
         raise ScheduleError(f"{cmd}: the workspace needs a new tensor name, got {ws!r}")
     modes = ", ".join(m.name for m in decl.modes)
-    if iw != i or i not in {m.name for m in decl.modes}:
+    if ws_vars != vs or not set(vs) <= {m.name for m in decl.modes}:
         raise ScheduleError(f"{cmd}: {cmd.args[0]} is already computed into a workspace over "
                             f"({modes}); precompute it over one of those variables, unrenamed")
     new = replace(decl, name=ws)

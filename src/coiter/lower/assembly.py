@@ -45,6 +45,13 @@ def row_region(prog: ConcreteProgram) -> Forall | None:
         return None
     if any(r.role not in ("result", "workspace") for r in races(prov, f, prog.tensors)):
         return None
+    return f if cut_into_blocks(f, prog) else None
+
+
+def cut_into_blocks(f: Forall, prog: ConcreteProgram) -> bool:
+    """Whether every operand level ``f`` walks can be cut into blocks of its coordinates
+    (by locate, or by binary search of an ordered, unique level), so that threads can take
+    blocks of ``f``'s range."""
     for s in walk_stmts(f.body):
         for a in [s.lhs, *accesses(s.rhs)] if isinstance(s, Assign) else []:
             decl = prog.tensors[a.tensor]
@@ -54,8 +61,8 @@ def row_region(prog: ConcreteProgram) -> Forall | None:
             if not (level.full and level.has_locate) and not (
                     level.ordered and level.unique and not level.has_coord_iter
                     and level.pos_found(LevelNames(a.tensor, 1), Var("p")) is None):
-                return None
-    return f
+                return False
+    return True
 
 
 class ParallelAssembly:
@@ -124,7 +131,7 @@ class ParallelAssembly:
         publish = [IRAssign(Load(parts[b.name], Var(tid)), Var(b.name)) for b in buffers]
         publish += [IRAssign(Load(c, Var(tid)), Var(counter)) for counter, c in counts.items()]
         frees = self._workspace_frees()
-        body = [*local, *_no_returns(fail + rows, done), Label(done), *publish, *frees]
+        body = [*local, *no_returns(fail + rows, done), Label(done), *publish, *frees]
         out.append(Region(f"omp parallel num_threads({nt})", block(body)))
 
         # merge: concatenate the parts in thread order (= row order)
@@ -226,7 +233,7 @@ class _Buffer:
     summed: bool = False
 
 
-def _no_returns(stmts: list[IRStmt], label: str) -> list[IRStmt]:
+def no_returns(stmts: list[IRStmt], label: str) -> list[IRStmt]:
     """``stmts`` with every ``return c`` turned into recording ``c`` and jumping to
     ``label`` (a parallel region cannot be left by return)."""
     def fix(s: IRStmt) -> IRStmt:

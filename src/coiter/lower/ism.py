@@ -26,6 +26,7 @@ class SparseWorkspaces:
     """Allocation, insert, flush, reset and free of sparse (ISM) workspaces."""
 
     ism_vars: dict[str, tuple[str, str, str, str]]  # set by the Lowerer: workspace -> C names
+    ism_inserting: dict[str, IRExpr]  # set by the Lowerer: workspace -> the structure inserts go to
 
     def _ism(self, name: str) -> tuple[str, workspaces.WorkspacePolicy, str]:
         """The structure's variable, the policy and the value type's suffix of ``name``."""
@@ -108,7 +109,9 @@ class SparseWorkspaces:
             part = Bin("<<", Cast("uint64_t", c), Load(shift, Const(k)))
             key = part if key is None else Bin("|", key, part)
         assert key is not None
-        call = Call(policy.insert_fn(n), (Un("&", Var(ws)), key, value, Var(bits)))
+        # inside a parallel scatter each thread inserts into its own workspace
+        target = self.ism_inserting.get(name, Un("&", Var(ws)))
+        call = Call(policy.insert_fn(n), (target, key, value, Var(bits)))
         return [If(call, block(Return(Const(1))))]
 
     def ism_finish(self, name: str) -> list[IRStmt]:

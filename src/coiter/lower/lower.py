@@ -46,6 +46,7 @@ from .intrinsics import computable, intrinsic_ir
 from .growth import drop_unread_zero_fill
 from .names import Namer
 from .ism import SparseWorkspaces
+from .scatter import ParallelScatter
 from .reductions import atomic_updates, scalar_accumulation
 from .equations import EquationLoops
 from .derived import DerivedLoops
@@ -389,7 +390,7 @@ def _stmt_accesses(s: Stmt) -> list[Access]:
 # ------------------------------------------------------------------ the lowerer
 
 
-class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
+class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, SparseWorkspaces):
     """Builds one kernel function from a concrete program (single use)."""
 
     def __init__(
@@ -445,6 +446,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
         # C support code the kernel needs besides the preamble (sparse workspaces), in order
         self.support: dict[str, None] = {}
         self.ism_vars: dict[str, tuple[str, str, str, str]] = {}
+        self.ism_inserting: dict[str, IRExpr] = {}
         self.parallel_depth = 0  # CPUThread loops enclosing the statement being lowered
         self.zeroes_result = False  # set when the outermost loop zeroes its own result slices
         # counters of result groups whose room for the enclosing loop's appends is reserved
@@ -607,7 +609,11 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, SparseWorkspaces):
                 out += here
                 arrays.append((name, size))
         workspaces = [n for n in defined if self.decls[n].role == "workspace"]
-        out += self.lower(w.producer, scope)
+        scattered = self.scatter_workspace(w)
+        if scattered is not None:
+            out += self.lower_scatter(w.producer, scattered, scope)
+        else:
+            out += self.lower(w.producer, scope)
         for name in workspaces:
             if self.decls[name].policy is not None:
                 out += self.ism_finish(name)

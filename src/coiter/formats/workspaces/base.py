@@ -108,11 +108,12 @@ static int coiter_ws_tmp_{N}(coiter_ws_{N}* w, int64_t n) {{
   return 0;
 }}
 
-/* merge the sorted, distinct acc[0..m) into all (equal keys add up), through tmp */
-static int coiter_ws_merge_{N}(coiter_ws_{N}* w, int64_t m) {{
+/* merge the sorted, distinct components (bk, bv)[0..m) into all (equal keys add up),
+   through tmp */
+static int coiter_ws_merge_from_{N}(coiter_ws_{N}* w, const uint64_t* bk, const {T}* bv, int64_t m) {{
   if (coiter_ws_tmp_{N}(w, w->all_n + m)) return 1;
-  const uint64_t *ak = w->all_key, *bk = w->key;
-  const {T} *av = w->all_val, *bv = w->val;
+  const uint64_t *ak = w->all_key;
+  const {T} *av = w->all_val;
   uint64_t* ok = w->tmp_key;
   {T}* ov = w->tmp_val;
   int64_t a = 0, b = 0, o = 0, na = w->all_n;
@@ -136,6 +137,26 @@ static int coiter_ws_merge_{N}(coiter_ws_{N}* w, int64_t m) {{
   int64_t tc = w->all_cap; w->all_cap = w->tmp_cap; w->tmp_cap = tc;
   w->all_n = o;
   return 0;
+}}
+
+/* merge the sorted, distinct acc[0..m) into all */
+static int coiter_ws_merge_{N}(coiter_ws_{N}* w, int64_t m) {{
+  return coiter_ws_merge_from_{N}(w, w->key, w->val, m);
+}}
+
+/* add the flushed components of `part` (a thread's own workspace) to all; the first
+   non-empty part hands its buffers over without a copy */
+static int coiter_ws_absorb_{N}(coiter_ws_{N}* w, coiter_ws_{N}* part) {{
+  if (part->all_n == 0) return 0;
+  if (w->all_n == 0) {{
+    uint64_t* k = w->all_key; w->all_key = part->all_key; part->all_key = k;
+    {T}* v = w->all_val; w->all_val = part->all_val; part->all_val = v;
+    int64_t c = w->all_cap; w->all_cap = part->all_cap; part->all_cap = c;
+    w->all_n = part->all_n;
+    part->all_n = 0;
+    return 0;
+  }}
+  return coiter_ws_merge_from_{N}(w, part->all_key, part->all_val, part->all_n);
 }}
 
 /* LSD radix sort of (key, value) pairs by the bytes of the keys below 2^bits, through
