@@ -47,6 +47,7 @@ from .growth import drop_unread_zero_fill
 from .names import Namer
 from .ism import SparseWorkspaces
 from .scatter import ParallelScatter
+from .prefetch import prefetch_located_segments
 from .reductions import atomic_updates, scalar_accumulation
 from .equations import EquationLoops
 from .derived import DerivedLoops
@@ -1731,6 +1732,8 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         cparams += [Param("int64_t", THREADS_PARAM), Param("int64_t", WORK_PARAM)]
         self.used.update({THREADS_PARAM, WORK_PARAM})
         body = self.lower(self.prog.stmt, Scope())
+        if self.target == "c":
+            body = prefetch_located_segments(block(body), self._coordinate_lengths())
         prologue += self.temp_allocs
         epilogue: list[IRStmt] = list(self.temp_frees)
         out_arrays: list[tuple[int, str]] = []
@@ -1743,6 +1746,22 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                                             self.append_written))
         return KernelIR(fn, tuple(params), self.mode, self.result, self.result_allocated,
                         tuple(out_arrays), tuple(self.support), self.zeroes_result)
+
+    def _coordinate_lengths(self) -> dict[str, IRExpr]:
+        """The element count of every input's coordinate arrays, in generated code."""
+        out: dict[str, IRExpr] = {}
+        for name, decl in self.decls.items():
+            if decl.role != "input":
+                continue
+            size: IRExpr = Const(1)
+            for k, level in enumerate(decl.format.levels):
+                lengths = level.array_lengths(self.names(name, k), size)
+                if lengths is None:
+                    break
+                arrays, size = lengths
+                if "crd" in arrays:
+                    out[self.names(name, k).array("crd")] = arrays["crd"]
+        return out
 
     def _bound_checks(self) -> list[IRStmt]:
         """Return BOUND_ERROR unless the extents meet the schedule's bound() promises."""
