@@ -24,7 +24,7 @@ ScheduleLike = str | Sequence[Command] | ConcreteProgram | None  # or "auto"
 _kernels: dict[tuple, Kernel] = {}
 # The kernel that last ran an evaluate()/einsum() call, keyed by the call's spelling: the
 # next call with the same spelling tries its C call plan first, which accepts only operands
-# of the formats and types that kernel was compiled for (so it is the kernel _kernel_for
+# of the formats and types that kernel was compiled for (so it is the kernel kernel_for
 # would pick).
 _last: dict[tuple, Kernel] = {}
 _LAST_MAX = 256
@@ -250,7 +250,7 @@ def evaluate(
             return out
     a = _as_assignment(assignment)
     tensors = {n: as_tensor(v, name=n) for n, v in operands.items()}
-    kernel = _kernel_for(a, tensors, out_format)
+    kernel = kernel_for(a, tensors, out_format)
     if spelling is not None:
         _remember(spelling, kernel)
     return kernel.run(tensors, out_shape)
@@ -280,7 +280,7 @@ def _remember(spelling: tuple, kernel: Kernel) -> None:
     _last[spelling] = kernel
 
 
-def _kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
+def kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
                 ) -> Kernel:
     """The cached kernel of ``a`` for the operands' formats and ``out_format``."""
     order = len(a.lhs.indices)
@@ -326,7 +326,7 @@ def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None
             return out
     tensors = {n: as_tensor(op, name=n) for n, op in zip(names, operands)}
     a = parse_einsum(subscripts, len(tensors), [t.order for t in tensors.values()])
-    kernel = _kernel_for(a, tensors, out_format)
+    kernel = kernel_for(a, tensors, out_format)
     if spelling is not None:
         _remember((*spelling, len(operands)), kernel)
     return kernel.run(tensors)
@@ -342,5 +342,5 @@ def run_assignment(assignment: Assignment, out_format: FormatLike | None, out_dt
         tensors[x.tensor] = x.source
     if assignment.lhs.tensor in tensors or assignment.accumulate:
         tensors[assignment.lhs.tensor] = assignment.lhs.source
-    kernel = _kernel_for(assignment, tensors, out_format)
+    kernel = kernel_for(assignment, tensors, out_format)
     return kernel.run(tensors, assignment.lhs.source.shape).storage

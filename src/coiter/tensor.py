@@ -258,6 +258,28 @@ def _bsr_storage(m: Any, fmt: Format, name: str) -> Storage | None:
 # ------------------------------------------------------------------------- Tensor
 
 
+# A sparse tensor densifies implicitly (np.asarray, NumPy functions coiter does not
+# implement) only while its dense array stays this small: a 20000 x 20000 matrix of 40000
+# nonzeros took 3 GiB and 0.7 s through NumPy's fallback. COITER_DENSIFY_LIMIT overrides.
+DENSIFY_LIMIT = 256 << 20
+
+
+def densify_check(t: Tensor, what: str) -> None:
+    """Raise when ``what`` would densify the sparse tensor ``t`` past the limit."""
+    if t.format.is_dense:
+        return
+    from .runtime.settings import env_bytes
+
+    limit = env_bytes("COITER_DENSIFY_LIMIT")
+    limit = DENSIFY_LIMIT if limit is None else limit
+    size = math.prod(t.shape) * t.dtype.itemsize
+    if size > limit:
+        raise RuntimeError(
+            f"{what} would densify the sparse tensor {t.name} {t.shape} ({t.nnz} nonzeros) into "
+            f"{size / 2**20:.0f} MiB, over the limit of {limit / 2**20:.0f} MiB "
+            "(COITER_DENSIFY_LIMIT); densify explicitly with .to_numpy() if that is what you want")
+
+
 class Tensor:
     """A tensor of any order stored in any :class:`~coiter.formats.format.Format`.
 
@@ -533,10 +555,77 @@ class Tensor:
         return Tensor._wrap(replace(pruned, fill=s.fill), self._name)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        densify_check(self, "numpy.asarray")
         arr = self.to_numpy()
         if dtype is not None and arr.dtype != np.dtype(dtype):
             return arr.astype(dtype)
         return arr.copy() if copy else arr
+
+    # ----------------------------------------------------------- operators (coiter.lazy)
+    __array_priority__ = 20  # NumPy defers ``ndarray + Tensor`` to this class
+
+    def _lazy(self) -> Any:
+        from .lazy import Lazy
+
+        return Lazy.leaf(self)
+
+    def __add__(self, other: Any) -> Any:
+        """``A + B``: a :class:`~coiter.lazy.Lazy` expression, computed when needed."""
+        return self._lazy() + other
+
+    def __radd__(self, other: Any) -> Any:
+        return other + self._lazy()
+
+    def __sub__(self, other: Any) -> Any:
+        return self._lazy() - other
+
+    def __rsub__(self, other: Any) -> Any:
+        return other - self._lazy()
+
+    def __mul__(self, other: Any) -> Any:
+        """``A * B``: element-wise (scalars scale)."""
+        return self._lazy() * other
+
+    def __rmul__(self, other: Any) -> Any:
+        return other * self._lazy()
+
+    def __truediv__(self, other: Any) -> Any:
+        return self._lazy() / other
+
+    def __neg__(self) -> Any:
+        return -self._lazy()
+
+    def __pos__(self) -> Any:
+        return self._lazy()
+
+    def __matmul__(self, other: Any) -> Any:
+        """``A @ B``: matrix product (1-D and 2-D operands)."""
+        return self._lazy() @ other
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return other @ self._lazy()
+
+    @property
+    def T(self) -> Any:
+        """The transpose (axes reversed), as an expression: nothing is copied."""
+        return self._lazy().T
+
+    def transpose(self, axes: Any = None) -> Any:
+        return self._lazy().transpose(axes)
+
+    def sum(self, axis: Any = None) -> Any:
+        """The sum over ``axis`` (all when None), as a dense expression."""
+        return self._lazy().sum(axis)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        from .lazy import array_ufunc
+
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        from .lazy import array_function
+
+        return array_function(func, args, kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle the computed data; pending DSL state and reader links are process-local.

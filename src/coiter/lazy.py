@@ -1,0 +1,383 @@
+"""Tensor expressions built with Python operators and NumPy's functions, computed as one
+kernel when their value is needed.
+
+``A @ x``, ``A + B``, ``A - B``, ``A * B`` (element-wise), scalar ``*`` and ``/``, ``-A``,
+``A.T``, ``A.sum(axis=)`` and NumPy's element-wise functions (``np.sin(A)``) on coiter
+Tensors, NumPy arrays and SciPy matrices build a :class:`Lazy` expression; nothing is
+computed until :meth:`Lazy.evaluate`, ``to_numpy()``, ``to_scipy()`` or ``np.asarray``.
+A chain is one index-notation assignment, so it compiles to one fused kernel:
+``(A + B) @ x`` is ``out(i) = sum(j, (A(i,j) + B(i,j)) * x(j))``, with no intermediate
+matrix.
+
+The result's format follows SciPy's rule for the same operation, so that sparse stays
+sparse where SciPy's does and nothing densifies unasked:
+
+- ``a * b`` (element-wise) is sparse when either side is (a sparse pattern bounds it);
+- ``a + b``, ``a - b`` are sparse when both sides are;
+- ``a @ b`` is sparse when both sides are (sparse times dense is dense, as in SciPy);
+- a scalar factor or divisor, ``-a``, ``.T`` keep ``a``'s sparsity;
+- an element-wise function keeps it when the function is zero at zero (``sin``, ``abs``,
+  ``sqrt``), else the result is dense (``cos``, ``exp``);
+- ``.sum(axis=...)`` is dense.
+
+A sparse result is a compressed vector, CSR or CSF by order (``evaluate(format=...)``
+chooses another); a dense one is a dense array.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import ArgumentError, ShapeError
+from .formats import Format, as_format, csf, csr, dense
+from .formats.levels.compressed import Compressed
+from .notation.ast import (
+    Access, Assignment, Call, Expr, IndexVar, Literal, Mul, Neg, Reduction, as_expr, map_accesses,
+    rename_index, walk,
+)
+from .notation.functions import ufunc_expr, zero_at
+from .tensor import Tensor, densify_check
+
+_leaves = itertools.count()  # operand names while an expression is built (L0, L1, ...)
+_vars = itertools.count()  # index variable names while an expression is built
+
+
+def _var() -> IndexVar:
+    return IndexVar(f"v{next(_vars)}")
+
+
+class Lazy:
+    """A tensor expression over coiter Tensors, not computed yet (see the module's doc)."""
+
+    __slots__ = ("_expr", "_free", "shape", "_operands", "_sparse")
+    __array_priority__ = 20  # NumPy defers ``ndarray + Lazy`` to this class
+
+    def __init__(self, expr: Expr, free: tuple[IndexVar, ...], shape: tuple[int, ...],
+                 operands: dict[str, Tensor], sparse: bool) -> None:
+        self._expr = expr
+        self._free = free
+        self.shape = shape
+        self._operands = operands
+        self._sparse = sparse
+
+    @staticmethod
+    def leaf(obj: Any) -> Lazy:
+        """``obj`` (a Tensor, array, SciPy matrix or Lazy) as an expression."""
+        if isinstance(obj, Lazy):
+            return obj
+        t = obj if isinstance(obj, Tensor) else _as_tensor(obj)
+        name = f"L{next(_leaves)}"
+        free = tuple(_var() for _ in t.shape)
+        return Lazy(Access(name, free), free, t.shape, {name: t}, not t.format.is_dense)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype NumPy would give the same operation."""
+        dtypes = [t.dtype for t in self._operands.values()]
+        scalars = [x.value for x in walk(self._expr) if isinstance(x, Literal)]
+        return np.result_type(*dtypes, *scalars)
+
+    @property
+    def T(self) -> Lazy:
+        return self.transpose()
+
+    def transpose(self, axes: Any = None) -> Lazy:
+        order = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
+        if sorted(order) != list(range(self.ndim)):
+            raise ShapeError(f"axes {axes} do not permute the {self.ndim} axes of shape {self.shape}")
+        return Lazy(self._expr, tuple(self._free[a] for a in order), tuple(self.shape[a] for a in order),
+                    self._operands, self._sparse)
+
+    def sum(self, axis: int | tuple[int, ...] | None = None) -> Lazy:
+        """The sum over ``axis`` (every axis when None): dense, as SciPy's."""
+        axes = range(self.ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
+        summed = sorted({_axis(a, self.ndim) for a in axes})
+        expr = self._expr
+        for a in summed:
+            expr = Reduction(self._free[a], expr)
+        keep = [a for a in range(self.ndim) if a not in summed]
+        return Lazy(expr, tuple(self._free[a] for a in keep), tuple(self.shape[a] for a in keep),
+                    self._operands, False)
+
+    # ------------------------------------------------------------------ operators
+    def __add__(self, other: Any) -> Lazy:
+        return _elementwise(self, other, "+")
+
+    def __radd__(self, other: Any) -> Lazy:
+        return _elementwise(other, self, "+")
+
+    def __sub__(self, other: Any) -> Lazy:
+        return _elementwise(self, other, "-")
+
+    def __rsub__(self, other: Any) -> Lazy:
+        return _elementwise(other, self, "-")
+
+    def __mul__(self, other: Any) -> Lazy:
+        return _elementwise(self, other, "*")
+
+    def __rmul__(self, other: Any) -> Lazy:
+        return _elementwise(other, self, "*")
+
+    def __truediv__(self, other: Any) -> Lazy:
+        if not _is_scalar(other):
+            raise ArgumentError("a coiter expression divides by scalars only; for a division by a "
+                                "tensor write it in index notation (coiter.evaluate)")
+        return _elementwise(self, other, "/")
+
+    def __neg__(self) -> Lazy:
+        return Lazy(Neg(self._expr), self._free, self.shape, self._operands, self._sparse)
+
+    def __pos__(self) -> Lazy:
+        return self
+
+    def __matmul__(self, other: Any) -> Lazy:
+        return _matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Lazy:
+        return _matmul(other, self)
+
+    # ------------------------------------------------------------------ evaluation
+    def assignment(self) -> tuple[Assignment, dict[str, Tensor]]:
+        """The expression as an assignment to ``out`` over canonical names (operands
+        ``T0, T1, ...`` and variables ``i0, i1, ...`` in order of appearance, so the same
+        expression on other data reuses its compiled kernel) and its operands."""
+        names: dict[str, str] = {}
+        for x in walk(self._expr):
+            if isinstance(x, Access) and x.tensor not in names:
+                names[x.tensor] = f"T{len(names)}"
+        expr = map_accesses(self._expr, lambda a: Access(names[a.tensor], a.indices))
+        seen = list(dict.fromkeys([*self._free, *(v for x in walk(self._expr) if isinstance(x, Access)
+                                                   for v in x.indices)]))
+        renamed = {v: IndexVar(f"__c{n}") for n, v in enumerate(seen)}
+        for v, w in renamed.items():  # through unique names first: i3 -> i0 must not meet an i0
+            expr = rename_index(expr, v, w)
+        expr = _rename_reductions(expr, renamed)
+        final = {w: IndexVar(f"i{n}") for n, w in enumerate(renamed.values())}
+        for w, f in final.items():
+            expr = rename_index(expr, w, f)
+        expr = _rename_reductions(expr, final)
+        lhs = Access("out", tuple(final[renamed[v]] for v in self._free))
+        return Assignment(lhs, expr), {names[n]: t for n, t in self._operands.items()}
+
+    def result_format(self) -> Format:
+        """The format :meth:`evaluate` gives by default (the module's rule)."""
+        if not self._sparse or self.ndim == 0:
+            return dense(self.ndim)
+        if self.ndim == 1:
+            return Format([Compressed()])
+        return csr if self.ndim == 2 else csf(self.ndim)
+
+    def kernel(self, format: Any = None) -> Any:
+        """The compiled kernel that computes this expression (compiled once per expression
+        shape, formats and dtypes, then cached)."""
+        from .api import kernel_for
+
+        a, tensors = self.assignment()
+        return kernel_for(a, tensors, format if format is not None else self.result_format())
+
+    def evaluate(self, format: Any = None) -> Tensor:
+        """Compute the expression with one kernel; the result in ``format`` or by the rule."""
+        a, tensors = self.assignment()
+        from .api import kernel_for
+
+        out = as_format(format, self.ndim) if format is not None else self.result_format()
+        return kernel_for(a, tensors, out).run(tensors, self.shape)
+
+    def to_numpy(self) -> np.ndarray:
+        return self.evaluate().to_numpy()
+
+    def to_scipy(self) -> sp.sparray:
+        return self.evaluate().to_scipy()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return np.asarray(self.evaluate(), dtype=dtype)
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        return array_function(func, args, kwargs)
+
+    def __repr__(self) -> str:
+        a, tensors = self.assignment()
+        kinds = ", ".join(f"{n}: {t.format.to_string()} {t.shape}" for n, t in tensors.items())
+        return f"coiter.Lazy(shape={self.shape}, expression='{a}', operands={{{kinds}}})"
+
+
+# ---------------------------------------------------------------------- building
+def _as_tensor(obj: Any) -> Tensor:
+    from .operands import as_tensor
+
+    return as_tensor(obj)
+
+
+def _is_scalar(obj: Any) -> bool:
+    return isinstance(obj, (bool, int, float, complex, np.generic)) and np.ndim(obj) == 0
+
+
+def _axis(a: int, ndim: int) -> int:
+    if not -ndim <= a < ndim:
+        raise ShapeError(f"axis {a} is out of range for {ndim} axes")
+    return a % ndim
+
+
+def _rename_reductions(e: Expr, names: dict[IndexVar, IndexVar]) -> Expr:
+    """``e`` with the variables its Reductions bind renamed too."""
+    from .notation.ast import children, with_children
+
+    if isinstance(e, Reduction):
+        body = _rename_reductions(e.body, names)
+        return Reduction(names.get(e.var, e.var), body, e.op)
+    return with_children(e, [_rename_reductions(c, names) for c in children(e)])
+
+
+def _rebase(b: Lazy, free: tuple[IndexVar, ...]) -> Expr:
+    """``b``'s expression over the variables ``free`` (its own, renamed in order)."""
+    expr = b._expr
+    for v, w in zip(b._free, free):
+        expr = rename_index(expr, v, w)
+    return expr
+
+
+def _elementwise(x: Any, y: Any, op: str) -> Lazy:
+    if _is_scalar(x) or _is_scalar(y):
+        lazy, scalar = (Lazy.leaf(y), x) if _is_scalar(x) else (Lazy.leaf(x), y)
+        if op in "+-" and scalar != 0:
+            sparse = False  # every entry moves off zero
+        else:
+            sparse = lazy._sparse
+        lit = as_expr(scalar)
+        expr = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: Mul(a, b),
+                "/": lambda a, b: a / b}[op]
+        args = (lit, lazy._expr) if _is_scalar(x) else (lazy._expr, lit)
+        return Lazy(expr(*args), lazy._free, lazy.shape, lazy._operands, sparse)
+    a, b = Lazy.leaf(x), Lazy.leaf(y)
+    # NumPy's broadcasting of missing leading axes (a row vector scales every row); axes of
+    # length 1 would need an index that is no variable
+    wide = a if a.ndim >= b.ndim else b
+    free = wide._free
+    if a.shape != wide.shape[wide.ndim - a.ndim:] or b.shape != wide.shape[wide.ndim - b.ndim:]:
+        raise ShapeError(f"operands of {op} have shapes {a.shape} and {b.shape}; coiter expressions "
+                         "broadcast only missing leading axes (write it in index notation)")
+    left, right = _rebase(a, free[len(free) - a.ndim:]), _rebase(b, free[len(free) - b.ndim:])
+    expr = {"+": left + right, "-": left - right, "*": Mul(left, right), "/": left / right}[op]
+    sparse = (a._sparse or b._sparse) if op == "*" else (a._sparse and b._sparse)
+    return Lazy(expr, free, wide.shape, {**a._operands, **b._operands}, sparse)
+
+
+def _matmul(x: Any, y: Any) -> Lazy:
+    if _is_scalar(x) or _is_scalar(y):
+        raise ArgumentError("matmul: a scalar operand is not allowed, use * instead")
+    a, b = Lazy.leaf(x), Lazy.leaf(y)
+    if not (1 <= a.ndim <= 2 and 1 <= b.ndim <= 2):
+        raise ShapeError(f"matmul takes operands of 1 or 2 axes, got shapes {a.shape} and {b.shape} "
+                         "(use coiter.einsum for more)")
+    if a.shape[-1] != b.shape[0]:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not align "
+                         f"({a.shape[-1]} != {b.shape[0]})")
+    k = _var()
+    left = rename_index(a._expr, a._free[-1], k)
+    right = rename_index(b._expr, b._free[0], k)
+    free = a._free[:-1] + b._free[1:]
+    shape = a.shape[:-1] + b.shape[1:]
+    return Lazy(Reduction(k, Mul(left, right)), free, shape, {**a._operands, **b._operands},
+                a._sparse and b._sparse)
+
+
+def _function(ufunc: np.ufunc, x: Any) -> Lazy:
+    """An element-wise intrinsic of one operand: sparse when the function is zero at zero."""
+    a = Lazy.leaf(x)
+    expr = ufunc_expr(ufunc, [a._expr])
+    keeps = isinstance(expr, Call) and zero_at(expr.fn, (0.0,))
+    return Lazy(expr, a._free, a.shape, a._operands, a._sparse and keeps)
+
+
+# ---------------------------------------------------------------------- NumPy protocols
+_OPERATORS = {np.add: "+", np.subtract: "-", np.multiply: "*", np.true_divide: "/"}
+
+
+def _coiter(obj: Any) -> bool:
+    return isinstance(obj, (Tensor, Lazy))
+
+
+def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """NumPy's ufuncs on coiter tensors: arithmetic and ``matmul`` build expressions, as the
+    operators do; one-operand intrinsics (``np.sin``) too. Anything else (reductions such as
+    ``np.add.reduce``, ``out=``, functions coiter lacks) is a TypeError saying how to densify."""
+    if method == "__call__" and not kwargs:
+        if ufunc in _OPERATORS and len(inputs) == 2:
+            return _elementwise(inputs[0], inputs[1], _OPERATORS[ufunc])
+        if ufunc is np.matmul:
+            return _matmul(*inputs)
+        if ufunc is np.negative:
+            return -Lazy.leaf(inputs[0])
+        if ufunc is np.positive:
+            return Lazy.leaf(inputs[0])
+        if len(inputs) == 1:
+            try:
+                return _function(ufunc, inputs[0])
+            except ArgumentError:
+                pass
+    raise TypeError(f"numpy.{ufunc.__name__}{'' if method == '__call__' else '.' + method} on a coiter "
+                    "tensor is not supported; densify explicitly with .to_numpy() first, or write "
+                    "the computation in index notation (coiter.evaluate)")
+
+
+def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """NumPy's functions that keep sparsity (``matmul``, ``dot``, ``transpose``, ``sum``,
+    ``einsum``, ``tensordot``) on coiter tensors; ``shape``, ``ndim`` and ``size`` answer;
+    any other densifies operands small enough to (see ``Tensor.__array__``) and raises for
+    larger ones."""
+    if func in (np.shape, np.ndim, np.size):
+        shape = Lazy.leaf(args[0]).shape if not isinstance(args[0], Tensor) else args[0].shape
+        return {np.shape: shape, np.ndim: len(shape), np.size: math.prod(shape)}[func]
+    if func is np.matmul and not kwargs:
+        return _matmul(*args)
+    if func is np.dot and not kwargs:
+        x, y = args
+        if _is_scalar(x) or _is_scalar(y):
+            return _elementwise(x, y, "*")
+        return _matmul(x, y)
+    if func is np.transpose:
+        return Lazy.leaf(args[0]).transpose(kwargs.get("axes", args[1] if len(args) > 1 else None))
+    if func is np.sum and set(kwargs) <= {"axis"} and len(args) <= 2:
+        return Lazy.leaf(args[0]).sum(kwargs.get("axis", args[1] if len(args) > 1 else None))
+    if func is np.einsum and not kwargs and isinstance(args[0], str):
+        from .api import einsum
+
+        return einsum(args[0], *args[1:])
+    if func is np.tensordot and set(kwargs) <= {"axes"}:
+        return _tensordot(*args, **kwargs)
+    for obj in args:
+        if isinstance(obj, Tensor):
+            densify_check(obj, f"numpy.{func.__name__}")
+    dense_args = [np.asarray(x) if _coiter(x) else x for x in args]
+    return func(*dense_args, **kwargs)
+
+
+def _tensordot(x: Any, y: Any, axes: Any = 2) -> Any:
+    from .api import einsum
+
+    a, b = Lazy.leaf(x), Lazy.leaf(y)
+    if isinstance(axes, int):
+        left, right = list(range(a.ndim - axes, a.ndim)), list(range(axes))
+    else:
+        left, right = [list(np.atleast_1d(ax)) for ax in axes]
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    sa = [next(letters) for _ in range(a.ndim)]
+    sb = [next(letters) for _ in range(b.ndim)]
+    for i, j in zip(left, right):
+        sb[j % b.ndim] = sa[i % a.ndim]
+    out = [c for n, c in enumerate(sa) if n not in {i % a.ndim for i in left}]
+    out += [c for n, c in enumerate(sb) if n not in {j % b.ndim for j in right}]
+    return einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(out)}", x.evaluate() if isinstance(x, Lazy) else x,
+                  y.evaluate() if isinstance(y, Lazy) else y)

@@ -1,0 +1,165 @@
+"""Python operators and NumPy's functions on coiter tensors (coiter/lazy.py): expressions
+computed as one kernel, results in the documented format, values against NumPy/SciPy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+import coiter
+import coiter.api
+from coiter.errors import ArgumentError, ShapeError
+from coiter.lazy import Lazy
+
+RNG = np.random.default_rng(31)
+
+
+def _sparse(shape: tuple[int, int], density: float = 0.1, fmt: str = "csr") -> coiter.Tensor:
+    return coiter.Tensor.from_scipy(sp.random_array(shape, density=density, rng=RNG, format=fmt))
+
+
+A, B = _sparse((40, 30)), _sparse((40, 30))
+C = _sparse((30, 20), fmt="csc")
+X = RNG.random(30)
+M = RNG.random((40, 30))
+Ad, Bd, Cd = A.to_numpy(), B.to_numpy(), C.to_numpy()
+
+# expression, NumPy reference, the result's format letters by the module's rule
+CASES = {
+    "add": (lambda: A + B, lambda: Ad + Bd, "ds"),
+    "sub, scalar factor": (lambda: A - 2 * B, lambda: Ad - 2 * Bd, "ds"),
+    "element-wise product": (lambda: A * B, lambda: Ad * Bd, "ds"),
+    "negation, scalar divisor": (lambda: -A / 4, lambda: -Ad / 4, "ds"),
+    "sparse @ dense vector": (lambda: A @ X, lambda: Ad @ X, "d"),
+    "sparse @ sparse": (lambda: A @ C, lambda: Ad @ Cd, "ds"),
+    "transpose @ sparse": (lambda: A.T @ B, lambda: Ad.T @ Bd, "ds"),
+    "vector @ transpose": (lambda: X @ A.T, lambda: X @ Ad.T, "d"),
+    "sum over an axis": (lambda: A.sum(axis=0), lambda: Ad.sum(axis=0), "d"),
+    "sum of everything": (lambda: A.sum(), lambda: Ad.sum(), ""),
+    "sparse times row vector": (lambda: A * X, lambda: Ad * X, "ds"),
+    "array times sparse": (lambda: M * A, lambda: M * Ad, "ds"),
+    "sparse plus array": (lambda: A + M, lambda: Ad + M, "dd"),
+    "sparse plus scalar": (lambda: A + 1, lambda: Ad + 1, "dd"),
+    "np.sin keeps zeros": (lambda: np.sin(A), lambda: np.sin(Ad), "ds"),
+    "np.cos does not": (lambda: np.cos(A), lambda: np.cos(Ad), "dd"),
+    "np.add": (lambda: np.add(A, B), lambda: Ad + Bd, "ds"),
+    "np.dot": (lambda: np.dot(A, X), lambda: Ad @ X, "d"),
+    "np.matmul": (lambda: np.matmul(A, C), lambda: Ad @ Cd, "ds"),
+    "np.transpose": (lambda: np.transpose(A), lambda: Ad.T, "ds"),
+    "np.sum": (lambda: np.sum(A, axis=1), lambda: Ad.sum(axis=1), "d"),
+    "chain": (lambda: (2 * A - B).T @ (A @ X), lambda: (2 * Ad - Bd).T @ (Ad @ X), "d"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_operators_against_numpy(case: str) -> None:
+    build, reference, letters = CASES[case]
+    expr = build()
+    assert isinstance(expr, Lazy)
+    got = expr.evaluate()
+    assert got.format.to_string() == letters
+    np.testing.assert_allclose(got.to_numpy(), reference(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(expr), reference(), rtol=1e-12, atol=1e-12)
+
+
+def test_fused_chain_is_one_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``(A + B) @ x`` compiles one kernel reading all three operands: no A + B matrix."""
+    compiled = []
+    real = coiter.api.compile
+    monkeypatch.setattr(coiter.api, "_kernels", {})
+    monkeypatch.setattr(coiter.api, "compile", lambda *a, **k: compiled.append(a[0]) or real(*a, **k))
+    got = ((A + B) @ X).to_numpy()
+    np.testing.assert_allclose(got, (Ad + Bd) @ X, rtol=1e-12)
+    assert len(compiled) == 1
+    assert str(compiled[0]) == "out(i0) = sum(i1, (T0(i0,i1) + T1(i0,i1)) * T2(i1))"
+    # the same expression on other data reuses the kernel
+    B2 = _sparse((40, 30))
+    np.testing.assert_allclose(((A + B2) @ X).to_numpy(), (Ad + B2.to_numpy()) @ X, rtol=1e-12)
+    assert len(compiled) == 1
+
+
+def test_evaluate_takes_a_format() -> None:
+    got = (A + B).evaluate(format="coo")
+    assert got.format == coiter.coo(2)
+    np.testing.assert_allclose(got.to_numpy(), Ad + Bd)
+    assert (A + B).kernel().assignment.lhs.tensor == "out"
+
+
+def test_scipy_results_and_repr() -> None:
+    got = (A + B).to_scipy()
+    assert sp.issparse(got)
+    np.testing.assert_allclose(got.toarray(), Ad + Bd)
+    assert "out(i0,i1) = T0(i0,i1) + T1(i0,i1)" in repr(A + B)
+
+
+def test_operator_errors_name_the_shapes() -> None:
+    with pytest.raises(ShapeError, match=r"\(40, 30\) and \(30, 20\)"):
+        A + C
+    with pytest.raises(ShapeError, match="do not align"):
+        A @ B
+    with pytest.raises(ArgumentError, match="divides by scalars only"):
+        A / B
+    with pytest.raises(ShapeError, match="out of range"):
+        A.sum(axis=2)
+
+
+def test_unsupported_numpy_functions_say_how_to_densify() -> None:
+    with pytest.raises(TypeError, match=r"numpy.add.reduce .* \.to_numpy\(\)"):
+        np.add.reduce(A)
+    with pytest.raises(TypeError, match="numpy.floor_divide"):
+        np.floor_divide(A, 2)
+
+
+def test_large_sparse_tensors_do_not_densify_silently(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``np.asarray`` of a sparse tensor whose dense array would pass the limit raises,
+    pointing at the explicit way; within the limit it densifies as before."""
+    big = coiter.Tensor.from_scipy(sp.random_array((20000, 20000), density=1e-4, rng=RNG, format="csr"))
+    with pytest.raises(RuntimeError, match=r"3052 MiB.*\.to_numpy\(\)"):
+        np.asarray(big)
+    with pytest.raises(RuntimeError, match="numpy.linalg.norm|numpy.norm"):
+        np.linalg.norm(big)
+    monkeypatch.setenv("COITER_DENSIFY_LIMIT", "1K")
+    with pytest.raises(RuntimeError, match="over the limit of 0 MiB"):
+        np.asarray(A)
+    monkeypatch.delenv("COITER_DENSIFY_LIMIT")
+    np.testing.assert_array_equal(np.asarray(A), Ad)
+    np.testing.assert_allclose(np.linalg.norm(A), np.linalg.norm(Ad))  # NumPy's own, on a small one
+    assert np.shape(big) == (20000, 20000) and np.ndim(big) == 2 and np.size(big) == 4 * 10**8
+
+
+def test_einsum_and_tensordot_keep_sparsity() -> None:
+    got = np.einsum("ij,jk->ik", A, C)
+    assert isinstance(got, coiter.Tensor)
+    np.testing.assert_allclose(got.to_numpy(), Ad @ Cd, rtol=1e-12)
+    got = np.tensordot(A, B, axes=([1], [1]))
+    np.testing.assert_allclose(np.asarray(got), Ad @ Bd.T, rtol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_random_operator_chains(data: st.DataObject) -> None:
+    """Random chains of operators over sparse and dense operands equal NumPy's."""
+    shape = (6, 6)
+    leaves = [(coiter.Tensor.from_numpy(m, format=f), m) for m, f in (
+        (np.where(RNG.random(shape) < 0.3, RNG.integers(-3, 4, shape), 0).astype(float), fmt)
+        for fmt in ("csr", "dense", "csc", "dcsr"))]
+    value, ref = data.draw(st.sampled_from(leaves))
+    for _ in range(data.draw(st.integers(1, 4))):
+        op = data.draw(st.sampled_from(["+", "-", "*", "@", "T", "neg", "scale"]))
+        other, other_ref = data.draw(st.sampled_from(leaves))
+        if op == "+":
+            value, ref = value + other, ref + other_ref
+        elif op == "-":
+            value, ref = value - other, ref - other_ref
+        elif op == "*":
+            value, ref = value * other, ref * other_ref
+        elif op == "@":
+            value, ref = value @ other, ref @ other_ref
+        elif op == "T":
+            value, ref = value.T, ref.T
+        elif op == "neg":
+            value, ref = -value, -ref
+        else:
+            value, ref = 3 * value, 3 * ref
+    np.testing.assert_allclose(np.asarray(value), ref, rtol=1e-12, atol=1e-12)
