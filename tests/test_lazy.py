@@ -100,6 +100,8 @@ def test_operator_errors_name_the_shapes() -> None:
         A @ B
     with pytest.raises(ArgumentError, match="divides by scalars only"):
         A / B
+    with pytest.raises(ArgumentError, match="divides by scalars only"):
+        np.true_divide(2.0, A)  # 2 / 0 at every absent entry
     with pytest.raises(ShapeError, match="out of range"):
         A.sum(axis=2)
 

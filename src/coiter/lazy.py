@@ -128,9 +128,6 @@ class Lazy:
         return _elementwise(other, self, "*")
 
     def __truediv__(self, other: Any) -> Lazy:
-        if not _is_scalar(other):
-            raise ArgumentError("a coiter expression divides by scalars only; for a division by a "
-                                "tensor write it in index notation (coiter.evaluate)")
         return _elementwise(self, other, "/")
 
     def __neg__(self) -> Lazy:
@@ -155,17 +152,14 @@ class Lazy:
             if isinstance(x, Access) and x.tensor not in names:
                 names[x.tensor] = f"T{len(names)}"
         expr = map_accesses(self._expr, lambda a: Access(names[a.tensor], a.indices))
-        seen = list(dict.fromkeys([*self._free, *(v for x in walk(self._expr) if isinstance(x, Access)
-                                                   for v in x.indices)]))
-        renamed = {v: IndexVar(f"__c{n}") for n, v in enumerate(seen)}
-        for v, w in renamed.items():  # through unique names first: i3 -> i0 must not meet an i0
+        # building names variables v0, v1, ...: renamed to i0, i1, ... they meet no other
+        seen = dict.fromkeys([*self._free, *(v for x in walk(self._expr) if isinstance(x, Access)
+                                            for v in x.indices)])
+        final = {v: IndexVar(f"i{n}") for n, v in enumerate(seen)}
+        for v, w in final.items():
             expr = rename_index(expr, v, w)
-        expr = _rename_reductions(expr, renamed)
-        final = {w: IndexVar(f"i{n}") for n, w in enumerate(renamed.values())}
-        for w, f in final.items():
-            expr = rename_index(expr, w, f)
         expr = _rename_reductions(expr, final)
-        lhs = Access("out", tuple(final[renamed[v]] for v in self._free))
+        lhs = Access("out", tuple(final[v] for v in self._free))
         return Assignment(lhs, expr), {names[n]: t for n, t in self._operands.items()}
 
     def result_format(self) -> Format:
@@ -179,18 +173,19 @@ class Lazy:
     def kernel(self, format: Any = None) -> Any:
         """The compiled kernel that computes this expression (compiled once per expression
         shape, formats and dtypes, then cached)."""
-        from .api import kernel_for
-
-        a, tensors = self.assignment()
-        return kernel_for(a, tensors, format if format is not None else self.result_format())
+        return self._prepared(format)[0]
 
     def evaluate(self, format: Any = None) -> Tensor:
         """Compute the expression with one kernel; the result in ``format`` or by the rule."""
-        a, tensors = self.assignment()
+        kernel, tensors = self._prepared(format)
+        return kernel.run(tensors, self.shape)
+
+    def _prepared(self, format: Any) -> tuple[Any, dict[str, Tensor]]:
         from .api import kernel_for
 
+        a, tensors = self.assignment()
         out = as_format(format, self.ndim) if format is not None else self.result_format()
-        return kernel_for(a, tensors, out).run(tensors, self.shape)
+        return kernel_for(a, tensors, out), tensors
 
     def to_numpy(self) -> np.ndarray:
         return self.evaluate().to_numpy()
@@ -249,6 +244,9 @@ def _rebase(b: Lazy, free: tuple[IndexVar, ...]) -> Expr:
 
 
 def _elementwise(x: Any, y: Any, op: str) -> Lazy:
+    if op == "/" and not _is_scalar(y):
+        raise ArgumentError("a coiter expression divides by scalars only; for a division by a "
+                            "tensor write it in index notation (coiter.evaluate)")
     if _is_scalar(x) or _is_scalar(y):
         lazy, scalar = (Lazy.leaf(y), x) if _is_scalar(x) else (Lazy.leaf(x), y)
         if op in "+-" and scalar != 0:

@@ -62,14 +62,14 @@ class ParallelScatter:
         else:
             self.used.add(RC)
             out.append(Decl("int", RC, Const(0)))
+        prefix = self._unique("coiter_work_at")
+        out += self._work_prefix(f, prefix, extent)
         out += [Decl("int64_t", nt, Call("COITER_THREADS", ())),
                 Decl(f"{wstype}*", parts, Cast(f"{wstype}*", Call("calloc", (
                     Var(nt), Call("sizeof", (Var(wstype),)))))),
-                If(Un("!", Var(parts)), block(Return(Const(1))))]
+                If(Un("!", Var(parts)), block(ExprStmt(Call("free", (Var(prefix),))), Return(Const(1))))]
         # thread 0 inserts into the kernel's workspace; the others start their own
         hint = Var(f"{self.cn[self.result]}_cap_hint") if self.result_allocated else Const(0)
-        prefix = self._unique("coiter_work_at")
-        out += self._work_prefix(f, prefix, extent)
         local: list[IRStmt] = [
             Decl("int64_t", tid, Call("COITER_THREAD_NUM", ())),
             Decl("int64_t", lo, Call("coiter_balanced_start", (Var(prefix), extent, Var(tid), Var(nt)))),
