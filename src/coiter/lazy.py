@@ -36,8 +36,8 @@ from .errors import ArgumentError, ShapeError
 from .formats import Format, as_format, csf, csr, dense
 from .formats.levels.compressed import Compressed
 from .notation.ast import (
-    Access, Assignment, Call, Expr, IndexVar, Literal, Mul, Neg, Reduction, as_expr, map_accesses,
-    rename_index, walk,
+    Access, Add, Assignment, Call, Div, Expr, IndexVar, Literal, Mul, Neg, Reduction, Sub, as_expr,
+    children, map_accesses, rename_index, walk, with_children,
 )
 from .notation.functions import ufunc_expr, zero_at
 from .tensor import Tensor, densify_check
@@ -227,8 +227,6 @@ def _axis(a: int, ndim: int) -> int:
 
 def _rename_reductions(e: Expr, names: dict[IndexVar, IndexVar]) -> Expr:
     """``e`` with the variables its Reductions bind renamed too."""
-    from .notation.ast import children, with_children
-
     if isinstance(e, Reduction):
         body = _rename_reductions(e.body, names)
         return Reduction(names.get(e.var, e.var), body, e.op)
@@ -243,6 +241,9 @@ def _rebase(b: Lazy, free: tuple[IndexVar, ...]) -> Expr:
     return expr
 
 
+_BINARY = {"+": Add, "-": Sub, "*": Mul, "/": Div}
+
+
 def _elementwise(x: Any, y: Any, op: str) -> Lazy:
     if op == "/" and not _is_scalar(y):
         raise ArgumentError("a coiter expression divides by scalars only; for a division by a "
@@ -254,10 +255,8 @@ def _elementwise(x: Any, y: Any, op: str) -> Lazy:
         else:
             sparse = lazy._sparse
         lit = as_expr(scalar)
-        expr = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: Mul(a, b),
-                "/": lambda a, b: a / b}[op]
         args = (lit, lazy._expr) if _is_scalar(x) else (lazy._expr, lit)
-        return Lazy(expr(*args), lazy._free, lazy.shape, lazy._operands, sparse)
+        return Lazy(_BINARY[op](*args), lazy._free, lazy.shape, lazy._operands, sparse)
     a, b = Lazy.leaf(x), Lazy.leaf(y)
     # NumPy's broadcasting of missing leading axes (a row vector scales every row); axes of
     # length 1 would need an index that is no variable
@@ -267,9 +266,8 @@ def _elementwise(x: Any, y: Any, op: str) -> Lazy:
         raise ShapeError(f"operands of {op} have shapes {a.shape} and {b.shape}; coiter expressions "
                          "broadcast only missing leading axes (write it in index notation)")
     left, right = _rebase(a, free[len(free) - a.ndim:]), _rebase(b, free[len(free) - b.ndim:])
-    expr = {"+": left + right, "-": left - right, "*": Mul(left, right), "/": left / right}[op]
     sparse = (a._sparse or b._sparse) if op == "*" else (a._sparse and b._sparse)
-    return Lazy(expr, free, wide.shape, {**a._operands, **b._operands}, sparse)
+    return Lazy(_BINARY[op](left, right), free, wide.shape, {**a._operands, **b._operands}, sparse)
 
 
 def _matmul(x: Any, y: Any) -> Lazy:
@@ -336,7 +334,7 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     any other densifies operands small enough to (see ``Tensor.__array__``) and raises for
     larger ones."""
     if func in (np.shape, np.ndim, np.size):
-        shape = Lazy.leaf(args[0]).shape if not isinstance(args[0], Tensor) else args[0].shape
+        shape = args[0].shape  # a Tensor or Lazy: NumPy dispatched on it
         return {np.shape: shape, np.ndim: len(shape), np.size: math.prod(shape)}[func]
     if func is np.matmul and not kwargs:
         return _matmul(*args)
