@@ -4,7 +4,7 @@ Write a tensor expression in index notation, pick a storage format per tensor,
 and coiter generates specialised C, compiles it at run time, caches it and runs
 it on NumPy/SciPy data.
 """
-from .api import compile, default_result_format, einsum, evaluate
+from .api import compile, default_result_format, einsum, einsum_path, evaluate
 from .errors import (
     ArgumentError, CacheError, CoiterError, CompileError, DTypeError, FormatError, KernelError, ParseError,
     PerformanceWarning, ScheduleError, ShapeError,
@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "reduce",
-    "compile", "evaluate", "einsum", "default_result_format", "parse", "Kernel", "Tensor",
+    "compile", "evaluate", "einsum", "einsum_path", "default_result_format", "parse", "Kernel", "Tensor",
     "index_vars", "IndexVar", "Assignment", "read", "write", "Format", "Level", "LevelNames",
     "ParentPos", "Packed", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed",
     "Range", "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf",

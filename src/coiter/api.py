@@ -13,6 +13,7 @@ from .formats.storage import check_fill, fill_key
 from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
 from .notation.einsum import parse_einsum
 from .notation.parser import parse
+from .planning import EinsumPlan, Optimize, plan_einsum
 from .kernel import Kernel
 from .operands import as_tensor
 from .runtime.kernel import StorageKernel
@@ -312,24 +313,79 @@ def kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatL
 _OPERAND_NAMES = tuple(f"T{n}" for n in range(64))  # einsum's n-th operand
 
 
-def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None) -> Tensor:
-    """NumPy-style einsum (``"ij,j->i"``) over Tensors, arrays and SciPy matrices."""
+def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None,
+           optimize: Optimize = True) -> Tensor:
+    """NumPy-style einsum (``"ij,j->i"``) over Tensors, arrays and SciPy matrices.
+
+    With ``optimize=True`` (the default) a plan chooses between one fused kernel and a
+    sequence of contractions through temporaries, and their order, from the operands'
+    formats and nonzero counts (see :func:`einsum_path`); contractions of dense operands go
+    to NumPy (BLAS). ``optimize=False`` always compiles one fused kernel; an
+    :class:`~coiter.planning.EinsumPlan` is followed as given, and so is a NumPy path
+    (``["einsum_path", (1, 2), (0, 1)]``, as ``numpy.einsum_path`` returns).
+    """
     if not isinstance(subscripts, str):
         raise ArgumentError(f"einsum subscripts must be a string such as 'ij,j->i', got "
                             f"{type(subscripts).__name__}")
-    names = _OPERAND_NAMES[: len(operands)] if len(operands) <= len(_OPERAND_NAMES) else \
-        tuple(f"T{n}" for n in range(len(operands)))
-    spelling = _spelling(subscripts, out_format)
+    names = _operand_names(len(operands))
+    # the fast path holds only kernels of fused plans, whose choice depends on the formats
+    # alone with up to two operands (the call plan refuses other formats)
+    spelling = _spelling(subscripts, out_format) if optimize is True and len(operands) <= 2 else None
     if spelling is not None:
         out = _call_last((*spelling, len(operands)), dict(zip(names, operands)))
         if out is not None:
             return out
     tensors = {n: as_tensor(op, name=n) for n, op in zip(names, operands)}
     a = parse_einsum(subscripts, len(tensors), [t.order for t in tensors.values()])
-    kernel = kernel_for(a, tensors, out_format)
+    fmt = _einsum_result_format(a, tensors, out_format)
+    plan = plan_einsum(a, list(tensors.values()), fmt, optimize)
+    if not (plan.fused and plan.steps[0].engine == "coiter"):
+        return _run_plan(plan, list(tensors.values()))
+    kernel = kernel_for(a, tensors, fmt)
     if spelling is not None:
         _remember((*spelling, len(operands)), kernel)
     return kernel.run(tensors)
+
+
+def einsum_path(subscripts: str, *operands: Any, out_format: FormatLike | None = None) -> EinsumPlan:
+    """The plan :func:`einsum` follows for these operands: its steps, each step's engine and
+    result format, and the estimated costs (``print(plan)`` shows a table)."""
+    if not isinstance(subscripts, str):
+        raise ArgumentError(f"einsum subscripts must be a string such as 'ij,j->i', got "
+                            f"{type(subscripts).__name__}")
+    names = _operand_names(len(operands))
+    tensors = {n: as_tensor(op, name=n) for n, op in zip(names, operands)}
+    a = parse_einsum(subscripts, len(tensors), [t.order for t in tensors.values()])
+    return plan_einsum(a, list(tensors.values()), _einsum_result_format(a, tensors, out_format))
+
+
+def _operand_names(n: int) -> tuple[str, ...]:
+    return _OPERAND_NAMES[:n] if n <= len(_OPERAND_NAMES) else tuple(f"T{k}" for k in range(n))
+
+
+def _einsum_result_format(a: Assignment, tensors: Mapping[str, Tensor],
+                          out_format: FormatLike | None) -> Format:
+    order = len(a.lhs.indices)
+    if out_format is None:
+        return default_result_format(order, list(tensors.values()))
+    return as_format(out_format, order)
+
+
+def _run_plan(plan: EinsumPlan, operands: list[Tensor]) -> Tensor:
+    """Follow ``plan``'s steps; the last step's result."""
+    values = list(operands)
+    for step in plan.steps:
+        inputs = [values[v] for v in step.inputs]
+        if step.engine == "numpy":
+            # the plan fixed the order: NumPy only contracts (BLAS for two operands)
+            order = ["einsum_path", tuple(range(len(inputs)))] if len(inputs) > 1 else False
+            arr = np.einsum(step.subscripts, *(t.to_numpy() for t in inputs), optimize=order)
+            values.append(Tensor.from_numpy(np.asarray(arr), format=step.format))
+        else:
+            tensors = dict(zip(_operand_names(len(inputs)), inputs))
+            a = parse_einsum(step.subscripts, len(inputs), [t.order for t in inputs])
+            values.append(kernel_for(a, tensors, step.format).run(tensors))
+    return values[-1]
 
 
 def run_assignment(assignment: Assignment, out_format: FormatLike | None, out_dtype: Any = None):

@@ -1,6 +1,7 @@
 """Formats: a sequence of level formats plus a mode ordering."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
@@ -159,7 +160,15 @@ def as_format(fmt: FormatLike | None, order: int, default: Format | None = None)
 
 def dense(order: int = 2, ordering: Sequence[int] | None = None) -> Format:
     """All levels dense (row-major by default)."""
+    if ordering is None:
+        return _row_major(order)
     return Format([Dense()] * order, ordering)
+
+
+@functools.lru_cache(maxsize=None)
+def _row_major(order: int) -> Format:
+    # every ndarray operand asks for one: built once per order (formats are immutable)
+    return Format([Dense()] * order)
 
 
 def coo(order: int = 2, ordering: Sequence[int] | None = None) -> Format:

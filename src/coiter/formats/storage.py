@@ -36,9 +36,17 @@ def fill_key(fill: Any) -> tuple[str, Any]:
     return ("c", value) if value.imag else ("r", value.real)
 
 
+_zeros: dict[np.dtype, Any] = {}  # each dtype's zero as a Python scalar
+
+
 def check_fill(fill: Any, dtype: np.dtype) -> bool | int | float | complex:
     """``fill`` as a Python scalar of ``dtype``; ArgumentError for NaN (no entry would equal
     the fill, not even an absent one) or a value the type cannot hold."""
+    if type(fill) is int and fill == 0:  # the default, on every tensor built: kept cheap
+        zero = _zeros.get(dtype)
+        if zero is None:
+            zero = _zeros.setdefault(np.dtype(dtype), np.zeros((), dtype).item())
+        return zero
     if np.ndim(fill) != 0 or np.asarray(fill).dtype.kind not in "biufc":
         raise ArgumentError(f"fill value {fill!r} is not a number")
     if fill != fill:

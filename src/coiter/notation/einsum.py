@@ -56,6 +56,12 @@ def parse_einsum(subscripts: str, n_operands: int, ranks: list[int]) -> Assignme
     """
     if len(ranks) != n_operands:
         raise ValueError(f"got {len(ranks)} ranks for {n_operands} operands")
+    return _parsed(subscripts, tuple(ranks))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(subscripts: str, ranks: tuple[int, ...]) -> Assignment:
+    # an einsum call per kernel call parses the same few strings: parse each once
     scanned = _scan(subscripts)
     _check_operands(subscripts, scanned, ranks)
     if scanned.output is None:
