@@ -148,6 +148,24 @@ def test_plan_evaluates_pending_dsl_tensors_first() -> None:
 
 
 @needs_plan
+def test_scipy_operands_take_the_c_path_through_one_cached_storage(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(9)
+    a = sp.random_array((30, 20), density=0.3, rng=rng, format="csr")
+    x = rng.standard_normal(20)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    k(A=a, x=x)
+    assert coiter.Tensor.from_scipy(a).storage is coiter.Tensor.from_scipy(a).storage
+    # the call is bound in C (the Python path is not taken) and sees the matrix's current values
+    monkeypatch.setattr(coiter.kernel.Kernel, "_run", lambda *args, **kw: pytest.fail("Python path taken"))
+    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x)
+    a.data *= 2  # values changed in place: the same arrays
+    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x)
+    a.data = a.data + 1  # a new values array: a new storage
+    assert coiter.Tensor.from_scipy(a).storage.vals is a.data
+    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x)
+
+
+@needs_plan
 def test_evaluate_and_einsum_reuse_the_plan_only_for_matching_operands() -> None:
     rng = np.random.default_rng(5)
     a = rng.standard_normal((7, 6))

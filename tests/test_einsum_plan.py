@@ -34,16 +34,31 @@ def _sparse(n: int, m: int, per_row: float, seed: int) -> sp.csr_array:
     return sp.random_array((n, m), density=min(1.0, per_row / m), rng=np.random.default_rng(seed), format="csr")
 
 
-def test_dense_chain_is_split_in_numpys_order_and_runs_on_numpy() -> None:
+def test_dense_chain_goes_to_numpy_in_one_step() -> None:
     a, b, c = RNG.random((10, 300)), RNG.random((300, 10)), RNG.random((10, 300))
     plan = coiter.einsum_path("ik,kl,lj->ij", a, b, c)
     assert not plan.fused
-    assert [s.engine for s in plan.steps] == ["numpy", "numpy"]
-    assert plan.path == np.einsum_path("ik,kl,lj->ij", a, b, c, optimize="optimal")[0]
+    assert [(s.engine, s.inputs) for s in plan.steps] == [("numpy", (0, 1, 2))]
     assert plan.cost < plan.fused_cost
     _check("ik,kl,lj->ij", a, b, c)
-    # NumPy follows the same path
-    np.testing.assert_allclose(np.einsum("ik,kl,lj->ij", a, b, c, optimize=plan.path), a @ b @ c)
+
+
+def test_sparse_steps_split_numpy_groups() -> None:
+    # dense work before and after a sparse kernel: NumPy, coiter, NumPy
+    s = _sparse(300, 300, 3, 20)
+    u, v, w = RNG.random((40, 300)), RNG.random((300, 40)), RNG.random((40, 50))
+    plan = coiter.einsum_path("ai,ij,jb,bc->ac", u, s, v, w)
+    assert {st.engine for st in plan.steps} == {"numpy", "coiter"}
+    _check("ai,ij,jb,bc->ac", u, s, v, w)
+
+
+def test_dense_results_keep_numpys_layout_unless_a_format_is_asked() -> None:
+    a, b = RNG.random((20, 30)), RNG.random((30, 40))
+    for subscripts in ("ij,jk->ki", "ij,jk->ik"):
+        got = _check(subscripts, a, b)
+        assert got.format.is_dense
+        asked = _check(subscripts, a, b, out_format="dd")
+        assert asked.format == coiter.dense(2)
 
 
 def test_sparse_matrices_times_vector_contract_the_vector_first() -> None:
@@ -65,11 +80,36 @@ def test_sampled_product_stays_one_fused_kernel() -> None:
     assert got.format == coiter.csr
 
 
+def test_results_bounded_by_a_sparse_operand_default_to_sparse() -> None:
+    s, u, v = _sparse(60, 50, 4, 21), RNG.random((60, 5)), RNG.random((5, 50))
+    assert _check("ij,ik,kj->ij", s, u, v).format == coiter.csr  # sampled product
+    assert _check("ij,ij->ij", s, RNG.random((60, 50))).format == coiter.csr  # as SciPy's multiply
+    assert _check("ijk,jr,kr->ijr", coiter.Tensor.from_numpy(RNG.random((4, 5, 6)) * (RNG.random((4, 5, 6)) < 0.3),
+                                                              format="sss"),
+                  RNG.random((5, 3)), RNG.random((6, 3))).format.is_dense  # k is summed: not bounded
+    assert _check("ij,jk->ik", s, RNG.random((50, 7))).format.is_dense
+
+
 def test_sparse_chain_against_scipy() -> None:
     a, b, c = _sparse(500, 400, 3, 4), _sparse(400, 300, 3, 5), _sparse(300, 200, 3, 6)
     got = coiter.einsum("ik,kl,lj->ij", a, b, c)
     np.testing.assert_allclose(got.to_numpy(), (a @ b @ c).toarray(), rtol=1e-12)
     assert not got.format.is_dense
+
+
+def test_products_of_structured_matrices_are_measured_not_assumed_independent() -> None:
+    # a banded matrix's square has 30x fewer entries than products: assumed independent,
+    # the square would look half full and the chain would stay one fused kernel
+    n, half = 2000, 30
+    band = sp.diags([RNG.random(n - abs(d)) + 0.5 for d in range(-half, half + 1)],
+                    list(range(-half, half + 1)), format="csr")
+    plan = coiter.einsum_path("ik,kl,lj->ij", band, band, band)
+    assert not plan.fused
+    square = plan.steps[0]
+    assert square.subscripts in ("ik,kl->il", "kl,lj->kj") and not square.format.is_dense
+    assert 0.5 < square.nnz / (band @ band).nnz < 2.0
+    got = coiter.einsum("ik,kl,lj->ij", band, band, band)
+    np.testing.assert_allclose(got.to_numpy(), (band @ band @ band).toarray(), rtol=1e-10)
 
 
 def test_dense_temporaries_respect_the_memory_cap(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from .concrete.commands import Command, parse_commands
 from .concrete.stmt import ConcreteProgram
@@ -29,6 +30,7 @@ _kernels: dict[tuple, Kernel] = {}
 # would pick).
 _last: dict[tuple, Kernel] = {}
 _LAST_MAX = 256
+_step_kernels: dict[tuple, Kernel] = {}  # einsum steps' kernels (see _step_kernel)
 
 
 def _as_assignment(a: AssignmentLike) -> Assignment:
@@ -328,6 +330,7 @@ def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None
         raise ArgumentError(f"einsum subscripts must be a string such as 'ij,j->i', got "
                             f"{type(subscripts).__name__}")
     names = _operand_names(len(operands))
+    operands = _shared_operands(names, operands)
     # the fast path holds only kernels of fused plans, whose choice depends on the formats
     # alone with up to two operands (the call plan refuses other formats)
     spelling = _spelling(subscripts, out_format) if optimize is True and len(operands) <= 2 else None
@@ -339,12 +342,13 @@ def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None
     a = parse_einsum(subscripts, len(tensors), [t.order for t in tensors.values()])
     fmt = _einsum_result_format(a, tensors, out_format)
     plan = plan_einsum(a, list(tensors.values()), fmt, optimize)
-    if not (plan.fused and plan.steps[0].engine == "coiter"):
-        return _run_plan(plan, list(tensors.values()))
-    kernel = kernel_for(a, tensors, fmt)
+    if not plan.fused:
+        return _run_plan(plan, list(tensors.values()), out_format is None)
+    kernel = _step_kernel(plan.subscripts, tensors, fmt)
     if spelling is not None:
         _remember((*spelling, len(operands)), kernel)
-    return kernel.run(tensors)
+    # the call plan binds arrays directly: cheaper than the Tensors wrapping them
+    return kernel.run(dict(zip(names, operands)))
 
 
 def einsum_path(subscripts: str, *operands: Any, out_format: FormatLike | None = None) -> EinsumPlan:
@@ -359,33 +363,79 @@ def einsum_path(subscripts: str, *operands: Any, out_format: FormatLike | None =
     return plan_einsum(a, list(tensors.values()), _einsum_result_format(a, tensors, out_format))
 
 
+def _shared_operands(names: Sequence[str], operands: Sequence[Any]) -> tuple[Any, ...]:
+    """``operands`` with SciPy matrices as Tensors (the C call path takes Tensors and arrays),
+    one Tensor per distinct matrix (``einsum("ij,jk->ik", a, a)`` converts ``a`` once)."""
+    seen: dict[int, Any] = {}
+    out = []
+    for name, op in zip(names, operands):
+        if sp.issparse(op):
+            if id(op) not in seen:
+                seen[id(op)] = as_tensor(op, name=name)
+            op = seen[id(op)]
+        out.append(op)
+    return tuple(out)
+
+
 def _operand_names(n: int) -> tuple[str, ...]:
     return _OPERAND_NAMES[:n] if n <= len(_OPERAND_NAMES) else tuple(f"T{k}" for k in range(n))
 
 
 def _einsum_result_format(a: Assignment, tensors: Mapping[str, Tensor],
                           out_format: FormatLike | None) -> Format:
+    """``out_format``, else :func:`default_result_format`, except that a matrix or tensor
+    result is sparse when a sparse operand bounds it: every index of that operand is a result
+    index, so the result is zero wherever the operand is (a sampled product, a sparse matrix
+    times a dense one element-wise), as SciPy's ``multiply`` keeps sparsity."""
     order = len(a.lhs.indices)
-    if out_format is None:
-        return default_result_format(order, list(tensors.values()))
-    return as_format(out_format, order)
+    if out_format is not None:
+        return as_format(out_format, order)
+    out = set(a.lhs.indices)
+    if order >= 2 and any(not tensors[x.tensor].format.is_dense and set(x.indices) <= out
+                          for x in accesses(a.rhs) if x.tensor in tensors):
+        return csr if order == 2 else csf(order)
+    return default_result_format(order, list(tensors.values()))
 
 
-def _run_plan(plan: EinsumPlan, operands: list[Tensor]) -> Tensor:
-    """Follow ``plan``'s steps; the last step's result."""
-    values = list(operands)
+def _run_plan(plan: EinsumPlan, operands: list[Tensor], any_layout: bool) -> Tensor:
+    """Follow ``plan``'s steps; the last step's result. NumPy's results stay arrays until a
+    kernel or the caller needs a Tensor; with ``any_layout`` a dense result keeps the memory
+    order NumPy gave it (a column-major product is not copied into row-major)."""
+    values: list[Tensor | np.ndarray] = list(operands)
     for step in plan.steps:
         inputs = [values[v] for v in step.inputs]
         if step.engine == "numpy":
-            # the plan fixed the order: NumPy only contracts (BLAS for two operands)
-            order = ["einsum_path", tuple(range(len(inputs)))] if len(inputs) > 1 else False
-            arr = np.einsum(step.subscripts, *(t.to_numpy() for t in inputs), optimize=order)
-            values.append(Tensor.from_numpy(np.asarray(arr), format=step.format))
+            arrays = [t.to_numpy() if isinstance(t, Tensor) else t for t in inputs]
+            values.append(np.asarray(np.einsum(step.subscripts, *arrays, optimize=len(inputs) > 1)))
         else:
-            tensors = dict(zip(_operand_names(len(inputs)), inputs))
-            a = parse_einsum(step.subscripts, len(inputs), [t.order for t in inputs])
-            values.append(kernel_for(a, tensors, step.format).run(tensors))
-    return values[-1]
+            tensors = dict(zip(_operand_names(len(inputs)), map(as_tensor, inputs)))
+            values.append(_step_kernel(step.subscripts, tensors, step.format).run(tensors))
+    out, fmt = values[-1], plan.steps[-1].format
+    if isinstance(out, Tensor):
+        return out
+    if any_layout and fmt.is_dense and out.ndim > 1 and not out.flags.c_contiguous:
+        fmt = _memory_order(out) or fmt
+    return Tensor.from_numpy(out, format=fmt)
+
+
+def _step_kernel(subscripts: str, tensors: Mapping[str, Tensor], fmt: Format) -> Kernel:
+    """:func:`kernel_for` of an einsum step, looked up by the step's spelling and its operands'
+    formats and fills (cheaper than kernel_for's key, which spells the whole assignment)."""
+    key = (subscripts, fmt, *((t.format, fill_key(t.fill_value)) for t in tensors.values()))
+    kernel = _step_kernels.get(key)
+    if kernel is None:
+        a = parse_einsum(subscripts, len(tensors), [t.order for t in tensors.values()])
+        kernel = _step_kernels[key] = kernel_for(a, tensors, fmt)
+        if len(_step_kernels) > _LAST_MAX:
+            _step_kernels.pop(next(iter(_step_kernels)))
+    return kernel
+
+
+def _memory_order(arr: np.ndarray) -> Format | None:
+    """The dense format whose mode ordering is ``arr``'s memory order, when ``arr`` is
+    contiguous in some order of its axes."""
+    ordering = sorted(range(arr.ndim), key=lambda m: -arr.strides[m])
+    return dense(arr.ndim, ordering) if arr.transpose(ordering).flags.c_contiguous else None
 
 
 def run_assignment(assignment: Assignment, out_format: FormatLike | None, out_dtype: Any = None):

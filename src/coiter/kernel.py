@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import scipy.sparse as sp
+
 from .concrete.stmt import ConcreteProgram
 from .errors import ArgumentError, ShapeError
 from .formats.storage import Storage
@@ -70,6 +72,10 @@ class Kernel:
         plan = self._plan
         if plan is not None:
             out = plan(operands, threads)
+            if out is NotImplemented:
+                # the C path takes Tensors and arrays: SciPy matrices become Tensors (their
+                # storage is cached by array) and the plan is tried again
+                out = plan(_scipy_as_tensors(operands), threads)
             if out is not NotImplemented and out is not None:
                 return out
         return self._run("fused", operands, threads=threads)
@@ -148,3 +154,8 @@ class Kernel:
     def __repr__(self) -> str:
         formats = ", ".join(f"{n}={f.to_string()!r}" for n, f in sorted(self.core.formats.items()))
         return f"coiter.Kernel({str(self.core.assignment)!r}, {formats})"
+
+
+def _scipy_as_tensors(operands: dict[str, Any]) -> dict[str, Any]:
+    """``operands`` with SciPy matrices wrapped as Tensors (sharing their arrays)."""
+    return {n: Tensor.from_scipy(v, name=n) if sp.issparse(v) else v for n, v in operands.items()}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import functools
 import itertools
 import math
 import operator
@@ -125,7 +126,13 @@ def _index_pair(pos: np.ndarray, crd: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if pos.dtype != crd.dtype or pos.dtype not in _INDEX_DTYPES:
         # int64 holds every int32/uint32/int16 value; wrapped uint64 turns negative and fails validation
         return pos.astype(np.int64), crd.astype(np.int64)
-    return np.ascontiguousarray(pos), np.ascontiguousarray(crd)
+    return _contiguous(pos), _contiguous(crd)
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    """``a`` itself when C-contiguous (np.ascontiguousarray makes a new view object, which
+    would defeat the caches keyed by array identity below), else a contiguous copy."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
 def _segments_canonical(pos: np.ndarray, crd: np.ndarray) -> bool:
@@ -157,8 +164,14 @@ def _fingerprint(pos: np.ndarray, crd: np.ndarray) -> bytes:
     for a in (pos, crd):
         n = a.shape[0]
         if n:
-            out += a[np.linspace(0, n - 1, min(n, _FINGERPRINT_SAMPLES)).astype(np.intp)].tobytes()
+            out += a[_samples(n)].tobytes()
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _samples(n: int) -> np.ndarray:
+    """Evenly spaced positions in an array of ``n`` elements, both ends included."""
+    return np.linspace(0, n - 1, min(n, _FINGERPRINT_SAMPLES)).astype(np.intp)
 
 
 def _checked_structure(pos: np.ndarray, crd: np.ndarray, shape: tuple[int, int], layout: Format,
@@ -180,18 +193,38 @@ def _checked_structure(pos: np.ndarray, crd: np.ndarray, shape: tuple[int, int],
     return canonical
 
 
+# Storages sharing SciPy matrices' arrays, by the arrays: a kernel called again on the same
+# matrix reuses its Storage and with it the argument block the C call path reads (building
+# both costs about as much as the call itself on mid-size matrices).
+_SHARED: OrderedDict[tuple, Storage] = OrderedDict()
+
+
+def _shared_storage(layout: Format, shape: tuple[int, int], pos: np.ndarray, crd: np.ndarray,
+                    vals: np.ndarray) -> Storage:
+    key = (id(pos), id(crd), id(vals), shape, layout)
+    st = _SHARED.get(key)
+    if st is not None and st.levels[1]["pos"] is pos and st.levels[1]["crd"] is crd and st.vals is vals:
+        _SHARED.move_to_end(key)
+        return st
+    st = Storage(layout, shape, ({}, {"pos": pos, "crd": crd}), vals)
+    _SHARED[key] = st
+    if len(_SHARED) > _CHECKED_MAX:
+        _SHARED.popitem(last=False)
+    return st
+
+
 def _compressed_storage(m: Any, fmt: Format, name: str) -> Storage:
     """Storage of a SciPy CSR/CSC matrix in ``fmt``, sharing its arrays when possible."""
     layout = csr if m.format == "csr" else csc
     pos, crd = _index_pair(m.indptr, m.indices)
-    vals = np.ascontiguousarray(m.data)
+    vals = _contiguous(m.data)
     shape = (int(m.shape[0]), int(m.shape[1]))
     canonical = _checked_structure(pos, crd, shape, layout, name)
     if vals.ndim != 1 or vals.shape[0] < int(pos[-1]):
         raise FormatError(f"{name}: {vals.shape[0] if vals.ndim == 1 else vals.shape} values for "
                           f"{int(pos[-1])} stored entries")
     if canonical and fmt == layout:
-        return Storage(layout, shape, ({}, {"pos": pos, "crd": crd}), vals)
+        return _shared_storage(layout, shape, pos, crd, vals)
     if canonical and fmt in (csr, csc):
         # SciPy's CSR<->CSC transposition is linear time and keeps indices sorted and unique.
         other = m.tocsr() if fmt == csr else m.tocsc()

@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import numpy as np
+import scipy.sparse as sp
 
 from coiter.errors import ArgumentError, ShapeError
 from coiter.formats.format import Format
@@ -107,7 +108,37 @@ def _plan(subscripts: str, terms: list[str], out: str, tensors: Sequence[Tensor]
     inputs = [Term(term, 1.0 if t.format.is_dense else min(1.0, t.nnz / max(1, math.prod(t.shape))),
                    t.format.is_dense) for term, t in zip(terms, tensors)]
     output = Term(out, result_density(inputs, out, extents), out_format.is_dense)
-    numpy_ok = [t.format.is_dense and t.dtype in _BLAS_DTYPES for t in tensors]
+    numpy_ok = all(t.dtype in _BLAS_DTYPES for t in tensors)
     itemsize = np.result_type(*(t.dtype for t in tensors)).itemsize if tensors else 8
     return plan_contraction(subscripts, inputs, output, extents, numpy_ok, itemsize, memory,
-                            out_format, fused_only, path)
+                            out_format, fused_only, path, _sampled_products(tensors, terms))
+
+
+# rows of the left matrix multiplied to measure a sparse matrix product's density
+SAMPLE_ROWS = 256
+
+
+def _sampled_products(tensors: Sequence[Tensor], terms: Sequence[str]):
+    """The planner's ``measure``: the density of a sparse matrix product ``x s, s y -> x y``
+    of two operands, from the product of a sample of the left one's rows (SciPy), since
+    real matrices' products overlap far more than independent nonzeros would (a FEM
+    matrix's square: 17x fewer entries than products)."""
+    def measure(k1: int, k2: int, letters: str) -> float | None:
+        a, b = terms[k1], terms[k2]
+        t1, t2 = tensors[k1], tensors[k2]
+        if (t1.order != 2 or t2.order != 2 or t1.format.is_dense or t2.format.is_dense
+                or len(set(a)) != 2 or len(set(b)) != 2 or len(set(a) & set(b)) != 1):
+            return None
+        (s,) = set(a) & set(b)
+        x, y = a.replace(s, ""), b.replace(s, "")
+        if s in letters or x == y or sorted(letters) != sorted(x + y):
+            return None
+        left = sp.csr_array(t1.to_scipy() if a == x + s else t1.to_scipy().T)
+        right = sp.csr_array(t2.to_scipy() if b == s + y else t2.to_scipy().T)
+        rows = left.shape[0]
+        if rows == 0 or right.shape[1] == 0:
+            return 0.0
+        if rows > SAMPLE_ROWS:
+            left = left[np.random.default_rng(0).choice(rows, SAMPLE_ROWS, replace=False)]
+        return (left @ right).nnz / (left.shape[0] * right.shape[1])
+    return measure

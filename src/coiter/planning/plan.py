@@ -5,16 +5,14 @@ from dataclasses import dataclass
 
 from coiter.formats.format import Format
 
-ENGINES = ("coiter", "numpy")
-
-
 @dataclass(frozen=True)
 class Step:
     """One contraction of a plan.
 
     ``inputs`` index the plan's values: the einsum's operands are ``0 .. n-1`` and step ``k``'s
     result is value ``n + k``. ``engine`` is ``"coiter"`` (a compiled kernel) or ``"numpy"``
-    (a contraction of dense arrays, which NumPy hands to BLAS). ``nnz`` and ``cost`` are the
+    (dense arrays contracted by ``numpy.einsum(optimize=True)``, which orders them and hands
+    pairs to BLAS). ``nnz`` and ``cost`` are the
     planner's estimates of the stored entries of the result and of the step's time (in
     loop iterations).
     """
@@ -44,13 +42,14 @@ class EinsumPlan:
 
     @property
     def fused(self) -> bool:
-        """Whether the plan is one kernel over every operand."""
-        return len(self.steps) == 1
+        """Whether the plan is one generated kernel over every operand."""
+        return len(self.steps) == 1 and self.steps[0].engine == "coiter"
 
     @property
     def path(self) -> list:
-        """The contraction order as NumPy's ``optimize=`` path: ``["einsum_path", (i, j), ...]``,
-        each pair indexing the list of remaining operands, the result appended last."""
+        """The steps as NumPy's ``optimize=`` path: ``["einsum_path", (i, j), ...]``, each
+        group indexing the list of remaining operands, its result appended last (a NumPy step
+        over several operands is one group: NumPy orders it)."""
         live = list(range(self.n_operands))
         path: list = ["einsum_path"]
         for k, step in enumerate(self.steps):
@@ -72,5 +71,5 @@ class EinsumPlan:
         return "\n".join(head + table)
 
     def __repr__(self) -> str:
-        kind = "fused" if self.fused else f"{len(self.steps)} steps"
+        kind = "fused" if self.fused else f"{len(self.steps)} step(s)"
         return f"<EinsumPlan {self.subscripts!r}: {kind}, estimated cost {self.cost:.3g}>"

@@ -4,8 +4,8 @@ pairwise contraction beyond."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence
 
 from coiter.formats.format import Format, csf, csr, dense, sparse_vector
 
@@ -31,10 +31,14 @@ class _Problem:
     inputs: tuple[Term, ...]
     output: Term
     extents: Mapping[str, int]
-    numpy_ok: tuple[bool, ...]   # operand k may go to NumPy (dense, a BLAS dtype, fill 0)
+    numpy_ok: bool               # dense steps may go to NumPy (every dtype one BLAS takes)
     itemsize: int
     memory: int                  # bytes a dense temporary may take
     order: str                   # every letter once, in order of first appearance
+    # density of the product of two operands (by position) summed down to the given letters,
+    # measured on the data; None where it cannot be
+    measure: Callable[[int, int, str], float | None] | None = None
+    densities: dict[int, float] = field(default_factory=dict, compare=False)  # by members
 
     def kept(self, members: int) -> str:
         """The letters a value combining ``members`` must keep: those the output or an
@@ -51,18 +55,41 @@ class _Problem:
             return self.output
         letters = self.kept(members)
         leaves = [t for k, t in enumerate(self.inputs) if members >> k & 1]
-        density = result_density(leaves, letters, self.extents)
         size = volume(letters, self.extents)
         fits = size * self.itemsize <= self.memory
         all_dense = all(t.dense for t in leaves)
         if all_dense and not fits:
             return None
+        density = self.density(members)
         stored_dense = fits and (all_dense or density >= DENSE_FRACTION or size <= SMALL_VOLUME)
         return Term(letters, density, stored_dense)
 
+    def density(self, members: int) -> float:
+        """Estimated density of the value combining ``members``: measured on a sample for
+        two operands where :attr:`measure` can, else built up in operand order (the
+        operands but the last, then the last), each step assuming independent nonzeros."""
+        known = self.densities.get(members)
+        if known is not None:
+            return known
+        ks = _bits(members)
+        letters = self.kept(members)
+        if len(ks) == 1:
+            density = self.inputs[ks[0]].density
+        else:
+            measured = self.measure(ks[0], ks[1], letters) if len(ks) == 2 and self.measure else None
+            if measured is not None:
+                density = measured
+            else:
+                rest = members & ~(1 << ks[-1])
+                before = Term(self.kept(rest) if len(ks) > 2 else self.inputs[ks[0]].letters,
+                              self.density(rest), False)
+                density = result_density([before, self.inputs[ks[-1]]], letters, self.extents)
+        self.densities[members] = density
+        return density
+
     def numpy_step(self, parts: Sequence[_Node]) -> bool:
-        """Whether a step over ``parts`` runs on NumPy: every part dense with a BLAS dtype."""
-        return all(p.term.dense and all(self.numpy_ok[k] for k in _bits(p.members)) for p in parts)
+        """Whether a step over ``parts`` runs on NumPy: every part a dense array."""
+        return self.numpy_ok and all(p.term.dense for p in parts)
 
     def step(self, members: int, parts: Sequence[_Node], term: Term) -> _Node:
         blas = len(parts) <= 2 and self.numpy_step(parts)
@@ -78,20 +105,25 @@ def _bits(members: int) -> list[int]:
 
 def plan_contraction(
     subscripts: str, inputs: Sequence[Term], output: Term, extents: Mapping[str, int],
-    numpy_ok: Sequence[bool], itemsize: int, memory: int, output_format: Format,
+    numpy_ok: bool, itemsize: int, memory: int, output_format: Format,
     fused_only: bool = False, path: Sequence[tuple[int, ...]] | None = None,
+    measure: Callable[[int, int, str], float | None] | None = None,
 ) -> EinsumPlan:
     """The cheapest plan for the einsum whose operands are ``inputs`` and result ``output``;
     with ``fused_only``, the plan of one generated kernel over every operand; with ``path``
     (NumPy's contraction list without its ``"einsum_path"`` head), the plan that contracts
-    in that order."""
+    in that order. ``measure(k1, k2, letters)`` gives the density of the contraction of
+    operands k1 and k2 down to ``letters`` from the data, where it can (None otherwise)."""
     order = distinct("".join(t.letters for t in inputs))
     if fused_only:
-        numpy_ok = [False] * len(inputs)
-    problem = _Problem(tuple(inputs), output, extents, tuple(numpy_ok), itemsize, memory, order)
+        numpy_ok = False
+    problem = _Problem(tuple(inputs), output, extents, numpy_ok, itemsize, memory, order, measure)
+    if len(inputs) > 1:  # the result's density as the temporaries' (measured where it can be)
+        full = Term(output.letters, problem.density((1 << len(inputs)) - 1), output.dense)
+        problem = replace(problem, output=full)
     leaves = [_Node(1 << k, t, 0.0, ()) for k, t in enumerate(inputs)]
     everything = (1 << len(inputs)) - 1
-    fused = problem.step(everything, leaves, output)
+    fused = problem.step(everything, leaves, problem.output)
     if path is not None:
         best = _along(problem, leaves, path)
     elif len(inputs) <= 2 or fused_only:
@@ -168,14 +200,26 @@ def _emit(problem: _Problem, node: _Node, steps: list[Step], output_format: Form
     n = len(problem.inputs)
     if not node.parts:
         return node.members.bit_length() - 1
-    inputs = tuple(_emit(problem, p, steps, output_format) for p in node.parts)
-    subscripts = ",".join(p.term.letters for p in node.parts) + "->" + node.term.letters
+    # consecutive NumPy contractions are one step: NumPy's einsum orders them itself, with
+    # its own choice of intermediate layouts (dense costs are flops, as the planner's)
+    parts = _numpy_group(node) if node.blas else node.parts
+    inputs = tuple(_emit(problem, p, steps, output_format) for p in parts)
+    subscripts = ",".join(p.term.letters for p in parts) + "->" + node.term.letters
     full = node.members == (1 << n) - 1
     fmt = output_format if full else _temporary_format(node.term)
     nnz = node.term.density * volume(node.term.letters, problem.extents)
     steps.append(Step(inputs, subscripts, "numpy" if node.blas else "coiter", fmt,
-                      nnz, node.cost - sum(p.cost for p in node.parts)))
+                      nnz, node.cost - sum(p.cost for p in parts)))
     return n + len(steps) - 1
+
+
+def _numpy_group(node: _Node) -> list[_Node]:
+    """What the NumPy contractions ending at ``node`` read: operands and other steps'
+    results, in the einsum's operand order (NumPy's own path search depends on it)."""
+    out: list[_Node] = []
+    for p in node.parts:
+        out += _numpy_group(p) if p.blas and p.parts else [p]
+    return sorted(out, key=lambda p: p.members & -p.members)
 
 
 def _temporary_format(term: Term) -> Format:
