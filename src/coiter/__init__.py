@@ -16,6 +16,7 @@ from .formats import (
     sparse_vector,
 )
 from .formats.io import read, write
+from .formats.pydata import from_pydata, to_pydata
 from .notation.ast import Assignment, IndexVar
 from .notation.dsl import index_vars
 from .notation.parser import parse
@@ -28,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "reduce",
     "compile", "evaluate", "einsum", "einsum_path", "default_result_format", "parse", "Kernel", "Tensor",
-    "index_vars", "IndexVar", "Assignment", "read", "write", "Format", "Level", "LevelNames",
+    "index_vars", "IndexVar", "Assignment", "read", "write", "from_pydata", "to_pydata", "Format", "Level", "LevelNames",
     "ParentPos", "Packed", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed",
     "Range", "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf",
     "csr", "csr_unordered", "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector",

@@ -8,16 +8,20 @@ import scipy.sparse as sp
 
 from .errors import ArgumentError, DTypeError, ShapeError
 from .formats.format import Format
+from .formats.pydata import from_pydata, is_pydata
 from .tensor import Tensor
 
 
 def as_tensor(obj: Any, fmt: Format | None = None, name: str | None = None) -> Tensor:
-    """``obj`` as a Tensor: Tensors pass through; SciPy keeps its layout unless
-    ``fmt`` asks otherwise; arrays and scalars are dense unless ``fmt`` is given."""
+    """``obj`` as a Tensor: Tensors pass through; SciPy and pydata/sparse arrays keep their
+    layout unless ``fmt`` asks otherwise; arrays and scalars are dense unless ``fmt`` is given."""
     if isinstance(obj, Tensor):
         return obj
     if sp.issparse(obj):
         return Tensor.from_scipy(obj, format=fmt, name=name)
+    if is_pydata(obj):
+        t = from_pydata(obj, name)
+        return t if fmt is None or fmt.order != t.order or t.format == fmt else t.asformat(fmt)
     if obj is None or isinstance(obj, (str, bytes, dict, set)):
         raise ArgumentError(f"operand {name} of type {type(obj).__name__} is not a tensor")
     try:

@@ -1,5 +1,6 @@
 """Reading and writing tensors: Matrix Market (``.mtx``) and FROSTT (``.tns``), optionally
-gzip'ed; Rutherford-Boeing (``.rb``) is read (:mod:`coiter.formats.rb`), as CSR by default.
+gzip'ed; Rutherford-Boeing (``.rb``) is read (:mod:`coiter.formats.rb`), as CSR by default;
+coiter's own binary files (``.npz``, :mod:`coiter.formats.npz`) keep any format as it is.
 
 * ``.mtx`` goes through SciPy (symmetric files come back expanded, pattern files
   with value 1.0); coordinate files default to CSR, dense ``array`` files to dense.
@@ -22,10 +23,11 @@ import scipy.io
 from ..errors import DTypeError, FormatError
 from ..tensor import Tensor
 from .format import FormatLike, as_format, coo, csr
+from .npz import load_npz, save_npz
 from .rb import read_rb
 
 PathLike = str | os.PathLike[str]
-FileKind = Literal["mtx", "tns", "rb"]
+FileKind = Literal["mtx", "tns", "rb", "npz"]
 
 _TNS_ROWS_PER_WRITE = 1 << 18  # bounds the text built in memory at once
 
@@ -35,11 +37,13 @@ def _kind(path: PathLike) -> tuple[FileKind, bool]:
     lower = os.fspath(path).lower()
     gz = lower.endswith(".gz")
     base = lower[:-3] if gz else lower
+    if lower.endswith(".npz"):
+        return "npz", False
     for kind in ("mtx", "tns", "rb"):
         if base.endswith("." + kind):
             return kind, gz  # type: ignore[return-value]
-    raise FormatError(f"cannot tell the file type of {os.fspath(path)!r}: expected .mtx, .tns "
-                      "or .rb, optionally .gz")
+    raise FormatError(f"cannot tell the file type of {os.fspath(path)!r}: expected .npz, or .mtx, "
+                      ".tns or .rb, optionally .gz")
 
 
 def _open(path: PathLike, mode: Literal["rb", "wb"], gz: bool) -> IO[bytes]:
@@ -49,8 +53,12 @@ def _open(path: PathLike, mode: Literal["rb", "wb"], gz: bool) -> IO[bytes]:
 
 
 def read(path: PathLike, format: FormatLike | None = None, name: str | None = None) -> Tensor:
-    """Load a ``.mtx``/``.tns``/``.rb`` file (``.gz`` allowed) as a Tensor in ``format``."""
+    """Load a ``.mtx``/``.tns``/``.rb`` file (``.gz`` allowed) or coiter's ``.npz`` as a Tensor
+    in ``format`` (a ``.npz`` file keeps its own format unless ``format`` asks for another)."""
     kind, gz = _kind(path)
+    if kind == "npz":
+        t = load_npz(path, name)
+        return t if format is None else t.asformat(as_format(format, t.order))
     with _open(path, "rb", gz) as f:
         data = f.read()
     if kind == "mtx":
@@ -61,9 +69,13 @@ def read(path: PathLike, format: FormatLike | None = None, name: str | None = No
     return _read_tns(data, os.fspath(path), format, name)
 
 
-def write(path: PathLike, tensor: Tensor) -> None:
-    """Save ``tensor`` as ``.mtx`` (matrices only) or ``.tns``; gzip'ed when ``path`` ends in ``.gz``."""
+def write(path: PathLike, tensor: Tensor, compressed: bool = False) -> None:
+    """Save ``tensor`` as ``.mtx`` (matrices only) or ``.tns``, gzip'ed when ``path`` ends in
+    ``.gz``; or as coiter's ``.npz`` in its own format (``compressed`` deflates it)."""
     kind, gz = _kind(path)
+    if kind == "npz":
+        save_npz(path, tensor, compressed)
+        return
     if kind == "rb":
         raise FormatError(f"{os.fspath(path)!r}: .rb files are read, not written; write .mtx")
     if kind == "mtx":
