@@ -1,4 +1,4 @@
-"""The ``coiter`` command line: a CSR SpMV demo and kernel-cache management."""
+"""The ``coiter`` command line: a CSR SpMV demo, kernel-cache management, and TACO's flags."""
 from __future__ import annotations
 
 import argparse
@@ -11,15 +11,26 @@ from pathlib import Path
 import numpy as np
 
 import coiter
+from coiter import taco_cli
 from coiter.data import example_path
 from coiter.runtime import cache_dir, clear_cache
 
 WARMUPS = 3
 
 
+SUBCOMMANDS = ("demo", "cache-dir", "clear-cache")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``), run the chosen subcommand, return its status."""
-    parser = argparse.ArgumentParser(prog="coiter", description=__doc__)
+    """Parse ``argv`` (default: ``sys.argv[1:]``), run the chosen subcommand, return its status.
+    An index expression or one-dash flag first is a TACO-style command line
+    (:mod:`coiter.taco_cli`): ``coiter "y(i) = A(i,j) * x(j)" -f=A:ds``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in SUBCOMMANDS and not argv[0].startswith("--") and argv[0] != "-h":
+        return taco_cli.main(argv)
+    parser = argparse.ArgumentParser(
+        prog="coiter", description=__doc__,
+        epilog='TACO\'s command line works too: coiter "<expression>" -f=A:ds ... (coiter -help lists its flags)')
     parser.add_argument("--version", action="version", version=f"%(prog)s {coiter.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
