@@ -18,6 +18,7 @@ from .planning import EinsumPlan, Optimize, plan_einsum
 from .kernel import Kernel
 from .operands import as_tensor
 from .runtime.kernel import StorageKernel
+from .runtime.workspace_choice import memory_cap
 from .tensor import Tensor, check_dtype
 
 AssignmentLike = str | Assignment
@@ -31,6 +32,7 @@ _kernels: dict[tuple, Kernel] = {}
 _last: dict[tuple, Kernel] = {}
 _LAST_MAX = 256
 _step_kernels: dict[tuple, Kernel] = {}  # einsum steps' kernels (see _step_kernel)
+_dense_plans: dict[tuple, EinsumPlan] = {}  # one-NumPy-step plans of NumPy arrays (see einsum)
 
 
 def _as_assignment(a: AssignmentLike) -> Assignment:
@@ -338,10 +340,20 @@ def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None
         out = _call_last((*spelling, len(operands)), dict(zip(names, operands)))
         if out is not None:
             return out
+    # NumPy arrays alone whose plan was one NumPy step: no Tensors, no planning
+    dense_key = _dense_key(subscripts, operands) if optimize is True and out_format is None else None
+    dense_plan = _dense_plans.get(dense_key) if dense_key is not None else None
+    if dense_plan is not None:
+        arr = np.asarray(np.einsum(dense_plan.subscripts, *operands, optimize=len(operands) > 1))
+        return _numpy_result(arr, dense_plan.steps[0].format, True)
     tensors = {n: as_tensor(op, name=n) for n, op in zip(names, operands)}
     a = parse_einsum(subscripts, len(tensors), [t.order for t in tensors.values()])
     fmt = _einsum_result_format(a, tensors, out_format)
     plan = plan_einsum(a, list(tensors.values()), fmt, optimize)
+    if dense_key is not None and len(plan.steps) == 1 and plan.steps[0].engine == "numpy":
+        if len(_dense_plans) >= _LAST_MAX:
+            _dense_plans.pop(next(iter(_dense_plans)))
+        _dense_plans[dense_key] = plan
     if not plan.fused:
         return _run_plan(plan, list(tensors.values()), out_format is None)
     kernel = _step_kernel(plan.subscripts, tensors, fmt)
@@ -410,12 +422,23 @@ def _run_plan(plan: EinsumPlan, operands: list[Tensor], any_layout: bool) -> Ten
         else:
             tensors = dict(zip(_operand_names(len(inputs)), map(as_tensor, inputs)))
             values.append(_step_kernel(step.subscripts, tensors, step.format).run(tensors))
-    out, fmt = values[-1], plan.steps[-1].format
-    if isinstance(out, Tensor):
-        return out
+    out = values[-1]
+    return out if isinstance(out, Tensor) else _numpy_result(out, plan.steps[-1].format, any_layout)
+
+
+def _numpy_result(out: np.ndarray, fmt: Format, any_layout: bool) -> Tensor:
+    """NumPy's result as a Tensor in ``fmt``, or with ``any_layout`` in the memory order
+    NumPy gave it when ``fmt`` is dense (a column-major product is not copied)."""
     if any_layout and fmt.is_dense and out.ndim > 1 and not out.flags.c_contiguous:
         fmt = _memory_order(out) or fmt
     return Tensor.from_numpy(out, format=fmt)
+
+
+def _dense_key(subscripts: str, operands: Sequence[Any]) -> tuple | None:
+    """The key of an einsum call on NumPy arrays alone (None for other operands)."""
+    if not operands or any(type(op) is not np.ndarray for op in operands):
+        return None
+    return (subscripts, memory_cap(), *((op.shape, op.dtype) for op in operands))
 
 
 def _step_kernel(subscripts: str, tensors: Mapping[str, Tensor], fmt: Format) -> Kernel:
