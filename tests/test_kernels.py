@@ -142,6 +142,24 @@ def test_generated_spmv_code_shape() -> None:
     assert re.search(r"COITER_SCALAR_SUM\n *for \(int64_t pA2 = A2_pos\[i\]", src)
 
 
+def test_source_holds_only_the_helpers_the_kernel_uses() -> None:
+    spmv = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": coiter.csr}).source
+    assert "coiter_chunk_rows" in spmv
+    for unused in ("coiter_qsort_index", "coiter_hash_locate", "coiter_sort_pairs", "coiter_grow", "COITER_SUM"):
+        assert unused not in spmv
+    # SpGEMM sorts its rows: the sort and what it calls come along
+    spgemm = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr", "B": "csr", "C": "csr"}).source
+    for used in ("coiter_sort_index(", "static void coiter_qsort_index", "coiter_row_flag_bytes(int64_t",
+                 "coiter_malloc(size_t", "coiter_advise("):
+        assert used in spgemm
+
+
+def test_concrete_notation_reads_as_notation_at_the_repl() -> None:
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": coiter.csr})
+    assert repr(k.concrete) == f"<ConcreteProgram {k.concrete}>"
+    assert repr(k.concrete).startswith("<ConcreteProgram forall(i, ") and len(repr(k.concrete)) < 120
+
+
 def test_dense_inner_loops_stay_vectorizable() -> None:
     src = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": coiter.csr}).source
     assert re.search(r"COITER_SCALAR_SUM\n *for \(int64_t k", src) is None

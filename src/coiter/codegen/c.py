@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from functools import singledispatch
 
 from .outline import outline_parallel_bodies
@@ -16,7 +17,7 @@ from ..ir.nodes import (
 # 16k it is 1.5x faster in median on both (docs/performance.md).
 WORK_PER_THREAD = 16384
 
-PREAMBLE = """\
+HEAD = """\
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdint.h>
 #include <stdlib.h>
@@ -55,11 +56,19 @@ static inline int coiter_threads(int64_t n, int64_t work) {{ (void)n; (void)work
 #endif
 /* every kernel has the parameters coiter_nthreads and coiter_work */
 #define COITER_THREADS() coiter_threads(coiter_nthreads, coiter_work)
+"""
+
+# Helpers a kernel's translation unit includes only when its code (or another included
+# helper) names them: the names each defines, and its text (formatted like HEAD).
+HELPERS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (('coiter_chunk_rows',), """\
 /* rows per dynamic chunk of a loop of n rows on t threads: about 16 chunks per thread */
 static inline int64_t coiter_chunk_rows(int64_t n, int64_t t) {{
   int64_t c = n / (16 * (t > 0 ? t : 1));
   return c < 64 ? 64 : (c > 2048 ? 2048 : c);
 }}
+"""),
+    (('coiter_balanced_start',), """\
 /* the first of n iterations that part `part` of `parts` starts at, so that each part gets
    about the same work: prefix[q] is the work of iterations 0..q-1 */
 static inline int64_t coiter_balanced_start(const int64_t* prefix, int64_t n, int64_t part, int64_t parts) {{
@@ -71,7 +80,8 @@ static inline int64_t coiter_balanced_start(const int64_t* prefix, int64_t n, in
   }}
   return lo;
 }}
-
+"""),
+    (('coiter_advise', 'coiter_malloc', 'coiter_calloc', 'coiter_realloc'), """\
 /* Heap blocks of 4 MiB and more get transparent huge pages, as NumPy's arrays do: a 64 MiB
    result then takes 32 page faults, not 16384 (a third of a large SpAdd's time). The
    advice covers the block's whole pages: advising part of a mapping splits it, and glibc
@@ -88,6 +98,8 @@ static inline void* coiter_advise(void* p, size_t n) {{
 static inline void* coiter_malloc(size_t n) {{ return coiter_advise(malloc(n), n); }}
 static inline void* coiter_calloc(size_t n, size_t e) {{ return coiter_advise(calloc(n, e), n * e); }}
 static inline void* coiter_realloc(void* p, size_t n) {{ return coiter_advise(realloc(p, n), n); }}
+"""),
+    (('coiter_expand',), """\
 /* realloc for an array that grows: from 4 MiB it reserves at least 32 MiB of address space,
    which glibc maps with mmap (its threshold never rises past 32 MiB), so later growth is
    remapped, not copied, and pages never written are never touched. Smaller blocks stay on
@@ -97,14 +109,16 @@ static inline void* coiter_expand(void* p, size_t n) {{
   size_t big = (size_t)32 << 20;
   return coiter_realloc(p, n >= ((size_t)4 << 20) && n < big ? big : n);
 }}
-
+"""),
+    (('coiter_grow',), """\
 /* realloc that zero-fills the new tail, so grown arrays behave as if calloc'ed */
 static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{
   char* q = (char*)coiter_expand(p, (size_t)new_n * elt);
   if (q && new_n > old_n) memset(q + (size_t)old_n * elt, 0, (size_t)(new_n - old_n) * elt);
   return q;
 }}
-
+"""),
+    (('coiter_qsort_index',), """\
 /* sort coordinates ascending: quicksort (median of three, no comparison callback, the
    smaller side recursed) finishing short ranges by insertion sort */
 static void coiter_qsort_index(int64_t* a, int64_t n) {{
@@ -128,7 +142,8 @@ static void coiter_qsort_index(int64_t* a, int64_t n) {{
     a[j + 1] = v;
   }}
 }}
-
+"""),
+    (('coiter_row_flag_bytes', 'coiter_row_set_bytes'), """\
 /* a row workspace's flags: one byte per coordinate (dim + 1 of them), marked without a
    branch as coordinates arrive, then a zeroed two-level bitmap that sorting borrows: one bit
    per coordinate, one summary bit per 64-bit word */
@@ -137,7 +152,8 @@ static inline int64_t coiter_row_set_bytes(int64_t dim) {{
   int64_t words = (dim >> 6) + 1;
   return coiter_row_flag_bytes(dim) + 8 * (words + (words >> 6) + 1);
 }}
-
+"""),
+    (('coiter_sort_index',), """\
 /* order a workspace's coordinate list a[0..n) (coordinates flagged in set): short lists by
    quicksort; longer ones by setting their bits in set's bitmap and reading them back in
    order, which leaves the bitmap zeroed (about 4n operations plus one summary word per 4096
@@ -167,7 +183,8 @@ static void coiter_sort_index(int64_t* restrict a, int64_t n, uint8_t* restrict 
     }}
   }}
 }}
-
+"""),
+    (('coiter_hash_locate',), """\
 /* hashed level: bucket of coordinate c in the segment of parent position `parent`
    (W buckets, linear probing, -1 marks an empty bucket); -1 when c is absent */
 #define COITER_HASH_LOCATE(T) \
@@ -189,7 +206,8 @@ COITER_HASH_LOCATE(int64_t)
 #define coiter_hash_locate(crd, W, parent, c) _Generic((crd), \
   const int32_t*: coiter_hash_locate_int32_t, int32_t*: coiter_hash_locate_int32_t, \
   const int64_t*: coiter_hash_locate_int64_t, int64_t*: coiter_hash_locate_int64_t)(crd, W, parent, c)
-
+"""),
+    (('coiter_sum',), """\
 /* sum of vals[lo..hi): the value of a coordinate stored several times (a non-unique level) */
 #define COITER_SUM(T, N) \
 static inline T coiter_sum_##N(const T* v, int64_t lo, int64_t hi) {{ \
@@ -200,7 +218,8 @@ static inline bool coiter_sum_b(const bool* v, int64_t lo, int64_t hi) {{
 #define coiter_sum(v, lo, hi) _Generic((v), \
 {value_sum_cases}
   const bool*: coiter_sum_b, bool*: coiter_sum_b)(v, lo, hi)
-
+"""),
+    (('coiter_sort_pairs',), """\
 /* sort (key, position) pairs by key: orders the iteration of an unordered level */
 typedef struct {{ int64_t key, at; }} coiter_pair;
 static int coiter_cmp_pair(const void* a, const void* b) {{
@@ -217,7 +236,8 @@ static int coiter_sort_pairs(int64_t* key, int64_t* at, int64_t n) {{
   free(t);
   return 0;
 }}
-"""
+"""),
+)
 
 # C's binary operator precedence (higher binds tighter); unary operators bind tighter still
 _PREC = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, "<=": 7, ">": 7,
@@ -472,18 +492,39 @@ VALUE_SUMS = "\n".join(f"COITER_SUM({t}, {n})" for t, n in SUMMED_TYPES)
 VALUE_SUM_CASES = "\n".join(f"  const {t}*: coiter_sum_{n}, {t}*: coiter_sum_{n}, \\" for t, n in SUMMED_TYPES)
 
 
-def preamble(index_max: str) -> str:
-    """The includes, macros and helpers every kernel's translation unit starts with."""
-    return PREAMBLE.format(index_max=index_max, work_per_thread=WORK_PER_THREAD,
-                           value_sums=VALUE_SUMS, value_sum_cases=VALUE_SUM_CASES)
+def preamble(index_max: str, code: str | None = None) -> str:
+    """The includes, macros and helpers a kernel's translation unit starts with: the helpers
+    ``code`` uses (directly or through other helpers), or all of them without ``code``."""
+    helpers = [text for _, text in HELPERS] if code is None else _used_helpers(code)
+    return "\n".join([HEAD, *helpers]).format(
+        index_max=index_max, work_per_thread=WORK_PER_THREAD, value_sums=VALUE_SUMS,
+        value_sum_cases=VALUE_SUM_CASES)
+
+
+def _used_helpers(code: str) -> list[str]:
+    """The texts of the helpers ``code`` names, and of those they name, in HELPERS' order."""
+    words = set(_WORD.findall(code))
+    used = [False] * len(HELPERS)
+    changed = True
+    while changed:
+        changed = False
+        for k, (names, text) in enumerate(HELPERS):
+            if not used[k] and words.intersection(names):
+                used[k] = changed = True
+                words.update(_WORD.findall(text))
+    return [text for k, (_, text) in enumerate(HELPERS) if used[k]]
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def module(functions: list[Function], index_max: str, support: tuple[str, ...] = ()) -> str:
     """A complete C translation unit holding ``functions`` (parallel loop bodies outlined,
     see :mod:`coiter.codegen.outline`) and their packed entry points, after the C
-    definitions in ``support``."""
+    definitions in ``support``; the preamble keeps only the helpers they use."""
     parts = list(support)
     for f in functions:
         helpers, f = outline_parallel_bodies(f)
         parts.append("\n\n".join([*(function(h) for h in helpers), function(f), packed_entry(f)]))
-    return preamble(index_max) + "\n" + "\n\n".join(parts) + "\n"
+    code = "\n\n".join(parts)
+    return preamble(index_max, code) + "\n" + code + "\n"

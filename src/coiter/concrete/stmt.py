@@ -155,6 +155,10 @@ class ConcreteProgram:
         text = str(self.stmt)
         return f"{text} : {self.env}" if str(self.env) else text
 
+    def __repr__(self) -> str:
+        # what the REPL shows for kernel.concrete: the notation, not every field's dataclass repr
+        return f"<ConcreteProgram {self}>"
+
     # -- the scheduling language, chained: ``prog.split(i, i0, i1, 16).reorder(...)`` ------
     def _apply(self, name: str, *args: Any) -> ConcreteProgram:
         from .commands import Command
