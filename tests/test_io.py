@@ -232,7 +232,7 @@ def test_read_jf17k() -> None:
 # ------------------------------------------------------------------ file kinds
 
 
-@pytest.mark.parametrize("name", ["m.txt", "m.npz", "m.gz", "mtx", "m.tns.bz2"])
+@pytest.mark.parametrize("name", ["m.txt", "m.npy", "m.gz", "mtx", "m.tns.bz2"])
 def test_unknown_extension(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     with pytest.raises(FormatError):

@@ -141,6 +141,8 @@ def test_damaged_and_hostile_files_are_format_errors(tmp_path: Path) -> None:
     _rewrite(path, lambda files: files.__setitem__("level9.pos", files["level1.pos"]))
     with pytest.raises(FormatError, match="unreadable"):
         coiter.read(path)
+    with pytest.raises(FileNotFoundError):
+        coiter.read(tmp_path / "missing.npz")
     with zipfile.ZipFile(tmp_path / "pickled.npz", "w") as z:  # an object array needs pickle
         with z.open("vals.npy", "w") as f:
             np.lib.format.write_array(f, np.array([object()], dtype=object), allow_pickle=True)

@@ -13,10 +13,12 @@ from typing import Any, Mapping
 
 import scipy.sparse as sp
 
+from . import pictures
 from .concrete.stmt import ConcreteProgram
 from .errors import ArgumentError, ShapeError
 from .formats.storage import Storage
 from .operands import as_tensor
+from .pictures import Dot
 from .runtime.callplan import build_plan
 from .runtime.kernel import StorageKernel, Variant
 from .tensor import Tensor, check_shape
@@ -55,6 +57,14 @@ class Kernel:
     def concrete(self) -> ConcreteProgram:
         """Concrete index notation chosen for the default value type."""
         return self.core.concrete
+
+    def iteration_graph(self) -> Dot:
+        """The iteration graph as a Graphviz picture (:mod:`coiter.pictures`)."""
+        return pictures.iteration_graph(self)
+
+    def merge_lattice(self, var: str) -> Dot:
+        """The merge lattice of index variable ``var`` as a Graphviz picture."""
+        return pictures.merge_lattice(self, var)
 
     @property
     def source(self) -> str:

@@ -49,6 +49,8 @@ Options:
   -nthreads=<n>                      threads of parallel loops
   -print-compute, -print-c           print the generated C (the default when nothing runs)
   -print-concrete                    print the concrete index notation
+  -print-lattice=<var>               print the merge lattice of an index variable (Graphviz DOT)
+  -print-iteration-graph             print the iteration graph (Graphviz DOT)
   -write-source=<file>               write the generated C to a file (also -write-compute)
   -nocolor, -print-nocolor           accepted; output is never colored
   -help                              this text
@@ -74,6 +76,8 @@ class Options:
     threads: int | None = None
     print_c: bool = False
     print_concrete: bool = False
+    print_lattice: str | None = None
+    print_graph: bool = False
     write_source: str | None = None
 
 
@@ -133,6 +137,12 @@ def parse_args(argv: Sequence[str]) -> Options | None:
             opts.print_c = True
         elif flag == "print-concrete":
             opts.print_concrete = True
+        elif flag == "print-lattice":
+            if not value:
+                raise UsageError("-print-lattice expects an index variable: -print-lattice=i")
+            opts.print_lattice = value
+        elif flag == "print-iteration-graph":
+            opts.print_graph = True
         elif flag in ("write-source", "write-compute"):
             if not value:
                 raise UsageError(f"-{flag} expects a file name")
@@ -213,7 +223,12 @@ def run(opts: Options) -> int:
     evaluate = operands <= set(loaded)
     if opts.print_concrete:
         print(kernel.concrete)
-    if opts.print_c or not (evaluate or opts.print_concrete or opts.write_source):
+    if opts.print_lattice:
+        print(kernel.merge_lattice(opts.print_lattice), end="")
+    if opts.print_graph:
+        print(kernel.iteration_graph(), end="")
+    shown = opts.print_concrete or opts.print_lattice or opts.print_graph or opts.write_source
+    if opts.print_c or not (evaluate or shown):
         print(kernel.source)
     if opts.write_source:
         Path(opts.write_source).write_text(kernel.source)

@@ -40,11 +40,12 @@ def save_npz(path: str | os.PathLike[str], tensor: Tensor, compressed: bool = Fa
 def load_npz(path: str | os.PathLike[str], name: str | None = None) -> Tensor:
     """The tensor :func:`save_npz` wrote to ``path``."""
     where = os.fspath(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            files = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise FormatError(f"{where}: not a coiter .npz file ({e})") from None
+    with open(path, "rb") as f:  # a missing file is the OSError any reader raises
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                files = {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise FormatError(f"{where}: not a coiter .npz file ({e})") from None
     try:
         meta = json.loads(str(files.pop("meta")))
         if meta.get("coiter") != VERSION:
