@@ -17,6 +17,7 @@ from .formats import (
 )
 from .formats.io import read, write
 from .formats.pydata import from_pydata, to_pydata
+from .formats.torch_interop import from_torch, to_torch
 from .notation.ast import Assignment, IndexVar
 from .notation.dsl import index_vars
 from .notation.parser import parse
@@ -29,7 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "reduce",
     "compile", "evaluate", "einsum", "einsum_path", "default_result_format", "parse", "Kernel", "Tensor",
-    "index_vars", "IndexVar", "Assignment", "read", "write", "from_pydata", "to_pydata", "Format", "Level", "LevelNames",
+    "index_vars", "IndexVar", "Assignment", "read", "write", "from_pydata", "to_pydata", "from_torch", "to_torch", "Format", "Level", "LevelNames",
     "ParentPos", "Packed", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed",
     "Range", "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf",
     "csr", "csr_unordered", "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector",

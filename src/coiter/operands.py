@@ -9,19 +9,27 @@ import scipy.sparse as sp
 from .errors import ArgumentError, DTypeError, ShapeError
 from .formats.format import Format
 from .formats.pydata import from_pydata, is_pydata
+from .formats.torch_interop import from_torch, is_torch
 from .tensor import Tensor
 
 
 def as_tensor(obj: Any, fmt: Format | None = None, name: str | None = None) -> Tensor:
-    """``obj`` as a Tensor: Tensors pass through; SciPy and pydata/sparse arrays keep their
-    layout unless ``fmt`` asks otherwise; arrays and scalars are dense unless ``fmt`` is given."""
+    """``obj`` as a Tensor: Tensors pass through; SciPy, pydata/sparse and torch tensors keep
+    their layout unless ``fmt`` asks otherwise; other DLPack producers are shared as dense
+    arrays; arrays and scalars are dense unless ``fmt`` is given."""
     if isinstance(obj, Tensor):
         return obj
     if sp.issparse(obj):
         return Tensor.from_scipy(obj, format=fmt, name=name)
-    if is_pydata(obj):
-        t = from_pydata(obj, name)
+    if is_pydata(obj) or is_torch(obj):
+        t = from_pydata(obj, name) if is_pydata(obj) else from_torch(obj, name)
         return t if fmt is None or fmt.order != t.order or t.format == fmt else t.asformat(fmt)
+    if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
+        try:  # another library's dense array (JAX, CuPy...), shared through DLPack where it can be
+            obj = np.from_dlpack(obj)
+        except (BufferError, RuntimeError, TypeError) as e:
+            raise ArgumentError(f"operand {name}: its {type(obj).__name__} cannot be shared with NumPy "
+                                f"({e}); copy it to a host array first") from None
     if obj is None or isinstance(obj, (str, bytes, dict, set)):
         raise ArgumentError(f"operand {name} of type {type(obj).__name__} is not a tensor")
     try:
