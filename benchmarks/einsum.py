@@ -98,7 +98,7 @@ def sparse_cases(data: Path) -> list[Case]:
     cases.append(Case("SDDMM rank 16, email-Enron", "ij,ik,kj->ij", (a, u, v), sddmm,
                       lambda: a.multiply(u @ v)))
     b, c = abs(a), a * 0.5
-    cases.append(Case("A .* |A| .* A/2, email-Enron", "ij,ij,ij->ij", (a, b, c), a.multiply(b).multiply(c),
+    cases.append(Case("A .* abs(A) .* A/2, email-Enron", "ij,ij,ij->ij", (a, b, c), a.multiply(b).multiply(c),
                       lambda: a.multiply(b).multiply(c)))
     for name in ("wn18rr", "fb15k-237"):
         t = _tensor(data, name)
