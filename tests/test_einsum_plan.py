@@ -148,6 +148,9 @@ def test_optimize_false_and_a_given_plan() -> None:
 def test_mismatched_letter_extents_name_the_letter() -> None:
     with pytest.raises(ShapeError, match="letter 'j' has extent 7 in operand 0 .* but 5 in operand 1"):
         coiter.einsum_path("ij,jk,k->i", RNG.random((6, 7)), RNG.random((5, 8)), RNG.random(8))
+    plan = coiter.einsum_path("ij,jk,k->i", RNG.random((6, 7)), RNG.random((7, 8)), RNG.random(8))
+    with pytest.raises(ShapeError, match="letter 'k'"):  # a plan reused on operands that disagree
+        coiter.einsum("ij,jk,k->i", RNG.random((6, 7)), RNG.random((7, 8)), RNG.random(9), optimize=plan)
 
 
 def test_plan_text_lists_every_step() -> None:

@@ -444,8 +444,12 @@ def _interrupted(program: str, env: dict, marker, wait: float = 120.0) -> subpro
     import signal
     import time
 
+    # a test run started in the background by a non-interactive shell inherits SIGINT ignored,
+    # and a Python started so installs no KeyboardInterrupt handler: the child starts with the
+    # default disposition, as from a terminal
     proc = subprocess.Popen([sys.executable, "-c", program], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + wait
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -63,6 +63,7 @@ def plan_einsum(a: Assignment, tensors: Sequence[Tensor], out_format: Format,
         if optimize.subscripts != subscripts or optimize.n_operands != len(tensors):
             raise ArgumentError(f"optimize= got the plan for {optimize.subscripts!r} "
                                 f"({optimize.n_operands} operands), not for {subscripts!r}")
+        extents_of(terms, tensors)  # the operands' shapes still have to agree
         return optimize
     if isinstance(optimize, (list, tuple)):
         path = _checked_path(optimize, len(tensors))

@@ -152,7 +152,7 @@ def _exact(problem: _Problem, leaves: list[_Node]) -> _Node:
         low = members & -members
         sub = (members - 1) & members
         while sub:
-            if sub & low and sub != members:
+            if sub & low:  # each split once: the part holding the lowest operand
                 a, b = best[sub], best[members ^ sub]
                 if a.cost < math.inf and b.cost < math.inf:
                     candidates.append(problem.step(members, [a, b], term))
