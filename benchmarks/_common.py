@@ -176,6 +176,13 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 
+def write_report(directory: Path, name: str, lines: Sequence[str]) -> None:
+    """Write the markdown ``lines`` to ``directory/name`` (made if needed) and say where."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text("\n".join(lines))
+    print(f"wrote {directory / name}")
+
+
 def machine_info(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Machine, library versions and thread settings, for the report header."""
     import coiter

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
 from _common import DEFAULT_DATA, REPO_ROOT, Skipped, Timing, bench_group, close_to, machine_info, \
-    markdown_table, ratio
+    markdown_table, ratio, write_report
 
 import argparse
 import shlex
@@ -283,9 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                         "SciPy / coiter", "coiter's plan"], sparse_rows), "",
         "Machine: " + "; ".join(f"{k}: {v}" for k, v in info.items()), "",
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "einsum.md").write_text("\n".join(text))
-    print(f"wrote {args.out / 'einsum.md'}")
+    write_report(args.out, "einsum.md", text)
     return 0
 
 

@@ -21,7 +21,7 @@ Times are medians of ``--repeat`` whole runs (every step) after a warm-up run. R
 from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
-from _common import DEFAULT_DATA, REPO_ROOT, Skipped, bench_group, machine_info, markdown_table, ratio
+from _common import DEFAULT_DATA, REPO_ROOT, Skipped, bench_group, machine_info, markdown_table, ratio, write_report
 
 import argparse
 import shlex
@@ -197,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             "entry, so the step walks every row). SciPy runs other algorithms (Dijkstra, a "
             "breadth-first search), shown for scale.", "",
             markdown_table(headers, rows), "", "Machine: " + "; ".join(f"{k}: {v}" for k, v in info.items()), ""]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "graphs.md").write_text("\n".join(text))
-    print(f"wrote {args.out / 'graphs.md'}")
+    write_report(args.out, "graphs.md", text)
     return 0
 
 
