@@ -132,6 +132,15 @@ def test_dense_temporaries_respect_the_memory_cap(monkeypatch: pytest.MonkeyPatc
     _check("ij,jk,kl->il", *d)
 
 
+def test_more_operands_than_the_exact_search_plan_greedily() -> None:
+    # nine matrices, alternately sparse and dense: beyond the subset search (8 operands)
+    ops = [_sparse(30, 30, 3, 40 + k) if k % 2 else RNG.random((30, 30)) for k in range(9)]
+    subscripts = ",".join("abcdefghij"[k:k + 2] for k in range(9)) + "->aj"
+    plan = coiter.einsum_path(subscripts, *ops)
+    assert len(plan.steps) > 1 and plan.cost < plan.fused_cost
+    _check(subscripts, *ops)
+
+
 def test_optimize_false_and_a_given_plan() -> None:
     a, b, c = RNG.random((6, 7)), _sparse(7, 8, 3, 10), RNG.random(8)
     assert coiter.einsum_path("ij,jk,k->i", a, b, c).steps  # planned

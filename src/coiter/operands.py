@@ -27,7 +27,7 @@ def as_tensor(obj: Any, fmt: Format | None = None, name: str | None = None) -> T
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
         try:  # another library's dense array (JAX, CuPy...), shared through DLPack where it can be
             obj = np.from_dlpack(obj)
-        except (BufferError, RuntimeError, TypeError) as e:
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
             raise ArgumentError(f"operand {name}: its {type(obj).__name__} cannot be shared with NumPy "
                                 f"({e}); copy it to a host array first") from None
     if obj is None or isinstance(obj, (str, bytes, dict, set)):
