@@ -121,7 +121,7 @@ def _packed(coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...], fmt:
     return s
 
 
-def _index_pair(pos: np.ndarray, crd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def index_pair(pos: np.ndarray, crd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``pos`` and ``crd`` contiguous with one shared int32/int64 type (no copy if they have it)."""
     if pos.dtype != crd.dtype or pos.dtype not in _INDEX_DTYPES:
         # int64 holds every int32/uint32/int16 value; wrapped uint64 turns negative and fails validation
@@ -216,7 +216,7 @@ def _shared_storage(layout: Format, shape: tuple[int, int], pos: np.ndarray, crd
 def _compressed_storage(m: Any, fmt: Format, name: str) -> Storage:
     """Storage of a SciPy CSR/CSC matrix in ``fmt``, sharing its arrays when possible."""
     layout = csr if m.format == "csr" else csc
-    pos, crd = _index_pair(m.indptr, m.indices)
+    pos, crd = index_pair(m.indptr, m.indices)
     vals = _contiguous(m.data)
     shape = (int(m.shape[0]), int(m.shape[1]))
     canonical = _checked_structure(pos, crd, shape, layout, name)
@@ -228,7 +228,7 @@ def _compressed_storage(m: Any, fmt: Format, name: str) -> Storage:
     if canonical and fmt in (csr, csc):
         # SciPy's CSR<->CSC transposition is linear time and keeps indices sorted and unique.
         other = m.tocsr() if fmt == csr else m.tocsc()
-        opos, ocrd = _index_pair(other.indptr, other.indices)
+        opos, ocrd = index_pair(other.indptr, other.indices)
         return Storage(fmt, shape, ({}, {"pos": opos, "crd": ocrd}), np.ascontiguousarray(other.data))
     nnz = int(pos[-1])
     outer = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
@@ -279,7 +279,7 @@ def _bsr_storage(m: Any, fmt: Format, name: str) -> Storage | None:
     its arrays when its blocks are canonical; None when ``fmt`` is another format."""
     if fmt != bcsr(m.blocksize):
         return None
-    pos, crd = _index_pair(m.indptr, m.indices)
+    pos, crd = index_pair(m.indptr, m.indices)
     if not _segments_canonical(pos, crd):
         return None
     data = np.ascontiguousarray(m.data).reshape(-1)

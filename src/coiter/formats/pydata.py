@@ -15,7 +15,8 @@ import numpy as np
 
 from ..errors import FormatError
 from ..tensor import Tensor
-from .format import coo, csc, csr
+from .foreign import compressed_arrays, compressed_matrix, coo_tensor
+from .format import csc, csr
 
 
 def is_pydata(obj: Any) -> bool:
@@ -27,34 +28,26 @@ def from_pydata(x: Any, name: str | None = None) -> Tensor:
     """The coiter Tensor of pydata/sparse array ``x`` (COO, GCXS or anything with ``tocoo``),
     keeping its fill value."""
     fill = x.fill_value
+    t = None
     if type(x).__name__ == "GCXS" and x.ndim == 2 and tuple(x.compressed_axes) in ((0,), (1,)):
         fmt = csr if tuple(x.compressed_axes) == (0,) else csc
-        pos, crd = np.asarray(x.indptr), np.asarray(x.indices)
-        if pos.dtype != crd.dtype or pos.dtype not in (np.int32, np.int64):
-            pos, crd = pos.astype(np.int64), crd.astype(np.int64)
         try:
-            t = Tensor.from_arrays(x.shape, fmt, [{}, {"pos": pos, "crd": crd}], np.asarray(x.data), name)
-        except FormatError:  # unsorted or repeated columns: through COO
+            t = compressed_matrix(x.shape, fmt, x.indptr, x.indices, x.data, name)
+        except FormatError:  # unsorted or repeated coordinates: through COO
             pass
-        else:
-            return t.with_fill(fill) if fill != 0 else t
-    if not hasattr(x, "coords"):
-        x = x.tocoo()
-    coords, data = np.asarray(x.coords), np.asarray(x.data)
-    if x.ndim == 0:
-        return Tensor.from_numpy(np.asarray(x.todense()), name=name)
-    fmt = coo(x.ndim)
-    levels: list[dict[str, Any]] = [{"pos": np.array([0, data.shape[0]], dtype=np.int64),
-                                     "crd": coords[0]}]
-    levels += [{"crd": coords[m]} for m in range(1, x.ndim)]
-    if coords.dtype == np.int64:
+    if t is None:
+        if not hasattr(x, "coords"):
+            x = x.tocoo()
+        if x.ndim == 0:
+            return Tensor.from_numpy(np.asarray(x.todense()), name=name)
+        coords, data = np.asarray(x.coords), np.asarray(x.data)
         try:
-            t = Tensor.from_arrays(x.shape, fmt, levels if x.ndim > 1 else levels[:1], data, name)
-        except FormatError:  # entries out of order: sorted by from_coo
+            t = coo_tensor(x.shape, coords, data, name) if coords.dtype == np.int64 else None
+        except FormatError:  # entries out of order
             pass
-        else:
-            return t.with_fill(fill) if fill != 0 else t
-    return Tensor.from_coo(coords, data, x.shape, name=name, fill_value=fill)
+        if t is None:
+            return Tensor.from_coo(coords, data, x.shape, name=name, fill_value=fill)
+    return t.with_fill(fill) if fill != 0 else t
 
 
 def to_pydata(t: Tensor) -> Any:
@@ -63,9 +56,8 @@ def to_pydata(t: Tensor) -> Any:
 
     s = t.storage
     if s.format in (csr, csc):
-        level = s.levels[1]
-        nnz = int(level["pos"][-1])
-        return sparse.GCXS((s.vals[:nnz], level["crd"][:nnz], level["pos"]), shape=t.shape,
-                           compressed_axes=(0,) if s.format == csr else (1,), fill_value=s.fill)
+        pos, crd, vals = compressed_arrays(t)
+        return sparse.GCXS((vals, crd, pos), shape=t.shape, compressed_axes=(0,) if s.format == csr else (1,),
+                           fill_value=s.fill)
     coords, vals = s.to_coords()
     return sparse.COO(coords, vals, shape=t.shape, fill_value=s.fill)

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..errors import ArgumentError, FormatError
 from ..tensor import Tensor
-from .format import coo, csc, csr
+from .foreign import compressed_arrays, compressed_matrix, coo_tensor
+from .format import csc, csr
 
 
 def is_torch(obj: Any) -> bool:
@@ -30,9 +31,7 @@ def from_torch(t: Any, name: str | None = None) -> Tensor:
         fmt = csr if layout == "torch.sparse_csr" else csc
         pos = (t.crow_indices() if fmt == csr else t.ccol_indices()).numpy()
         crd = (t.col_indices() if fmt == csr else t.row_indices()).numpy()
-        if pos.dtype != crd.dtype:
-            pos, crd = pos.astype(np.int64), crd.astype(np.int64)
-        return Tensor.from_arrays(tuple(t.shape), fmt, [{}, {"pos": pos, "crd": crd}], t.values().numpy(), name)
+        return compressed_matrix(tuple(t.shape), fmt, pos, crd, t.values().numpy(), name)
     if layout == "torch.sparse_coo":
         if not t.is_coalesced():
             t = t.coalesce()
@@ -40,10 +39,7 @@ def from_torch(t: Any, name: str | None = None) -> Tensor:
         if data.ndim != 1:
             raise FormatError(f"operand {name or ''}: hybrid torch COO tensors (dense values per entry) "
                               "are not supported; convert with .to_dense() or a full sparse_dim")
-        order = coords.shape[0]
-        levels: list[dict[str, Any]] = [{"pos": np.array([0, data.shape[0]], dtype=np.int64), "crd": coords[0]}]
-        levels += [{"crd": coords[m]} for m in range(1, order)]
-        return Tensor.from_arrays(tuple(t.shape), coo(order), levels, data, name)
+        return coo_tensor(tuple(t.shape), coords, data, name)
     return Tensor.from_numpy(np.from_dlpack(t.detach().resolve_conj()), name=name)
 
 
@@ -58,9 +54,7 @@ def to_torch(t: Tensor) -> Any:
     if s.fill != 0:
         raise FormatError(f"{t.name}: torch's sparse tensors have no fill value; {t.name}'s is {s.fill}")
     if s.format in (csr, csc):
-        level = s.levels[1]
-        nnz = int(level["pos"][-1])
-        parts = [torch.from_numpy(a) for a in (level["pos"], level["crd"][:nnz], s.vals[:nnz])]
+        parts = [torch.from_numpy(a) for a in compressed_arrays(t)]
         build = torch.sparse_csr_tensor if s.format == csr else torch.sparse_csc_tensor
         # coiter validated these arrays when they were built: torch need not check again
         return build(*parts, size=t.shape, check_invariants=False)
