@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 import coiter
 import coiter.kernel
+import coiter.nn
 from coiter.codegen.c import WORK_PER_THREAD, preamble
 from coiter.runtime import callplan
 from coiter.runtime.compiler import load_library
@@ -408,3 +409,63 @@ def test_entries_slot_is_the_deepest_appended_coordinates() -> None:
     assert entries_slot(coiter.parse_format("ds"), [(1, "pos"), (1, "crd"), (-1, "vals")]) == 1
     assert entries_slot(coiter.parse_format("dd"), [(-1, "vals")]) == -1
     assert entries_slot(coiter.parse_format("ds"), []) == -1  # written over an operand's levels
+
+
+def _correlate(x: np.ndarray, f: np.ndarray, pad: int) -> np.ndarray:
+    """O(i) = sum_k I(i+k-pad) * F(k), zero outside I."""
+    return np.correlate(np.pad(x, pad), f, mode="valid")
+
+
+@needs_plan
+def test_compound_subscript_kernels_stay_in_c_for_shapes_already_solved(monkeypatch) -> None:
+    rng = np.random.default_rng(11)
+    kern = coiter.compile("O(i) = I(i+k-1) * F(k)", {"I": "s"}, padding=True)
+    x, f = random_array(rng, (40,), 0.3), rng.standard_normal(3)
+    I = coiter.Tensor.from_numpy(x, "s")
+    np.testing.assert_allclose(kern(I=I, F=f).to_numpy(), _correlate(x, f, 1))  # Python path: solved
+
+    python_path = coiter.kernel.Kernel._run
+    monkeypatch.setattr(coiter.kernel.Kernel, "_run", lambda *a, **k: pytest.fail("Python path taken"))
+    I2 = coiter.Tensor.from_numpy(x * 2, "s")
+    np.testing.assert_allclose(kern(I=I2, F=f).to_numpy(), _correlate(2 * x, f, 1))
+    np.testing.assert_allclose(kern.run({"I": I, "F": f}, (40,)).to_numpy(), _correlate(x, f, 1))
+
+    # other shapes, and a result shape other than the one the operands give: the Python path
+    taken = []
+    monkeypatch.setattr(coiter.kernel.Kernel, "_run",
+                        lambda self, *a, **k: taken.append(a) or python_path(self, *a, **k))
+    y, g = random_array(rng, (57,), 0.3), rng.standard_normal(5)
+    np.testing.assert_allclose(kern(I=coiter.Tensor.from_numpy(y, "s"), F=g).to_numpy(),
+                               _correlate(y, g, 1)[:55])
+    np.testing.assert_allclose(kern.run({"I": I, "F": f}, (30,)).to_numpy(), _correlate(x, f, 1)[:30])
+    assert len(taken) == 2
+    valid = coiter.compile("O(i) = I(i+k) * F(k)", {"I": "s"})  # no padding
+    np.testing.assert_allclose(valid(I=I, F=f).to_numpy(), _correlate(x, f, 0))
+    with pytest.raises(coiter.ShapeError, match=r"subscript i\+k of I\(i\+k\) ranges over \[0, 40\]"):
+        valid.run({"I": I, "F": f}, (39,))
+
+
+@needs_plan
+def test_given_extents_stay_in_c(monkeypatch) -> None:
+    rng = np.random.default_rng(12)
+    kern = coiter.compile("P(h) = max(r, X(2*h+r))", {"X": "s"}, extents={"r": 3})
+    x = random_array(rng, (31,), 0.5)
+    X = coiter.Tensor.from_numpy(x, "s")
+    expected = np.array([x[2 * h:2 * h + 3].max() for h in range(15)])
+    np.testing.assert_allclose(kern(X=X).to_numpy(), expected)
+    monkeypatch.setattr(coiter.kernel.Kernel, "_run", lambda *a, **k: pytest.fail("Python path taken"))
+    np.testing.assert_allclose(kern(X=coiter.Tensor.from_numpy(-x, "s")).to_numpy(),
+                               np.array([(-x)[2 * h:2 * h + 3].max() for h in range(15)]))
+
+
+@needs_plan
+def test_nn_layers_called_again_stay_in_c(monkeypatch) -> None:
+    rng = np.random.default_rng(13)
+    x = random_array(rng, (1, 2, 9), 0.4)
+    w = rng.standard_normal((3, 2, 3))
+    expected = np.stack([sum(_correlate(x[0, c], w[k, c], 1) for c in range(2)) for k in range(3)])[None]
+    np.testing.assert_allclose(coiter.nn.conv1d(coiter.Tensor.from_numpy(x, "dds"), w, padding=1,
+                                                threads=1).to_numpy(), expected)
+    monkeypatch.setattr(coiter.kernel.Kernel, "_run", lambda *a, **k: pytest.fail("Python path taken"))
+    np.testing.assert_allclose(coiter.nn.conv1d(coiter.Tensor.from_numpy(x, "dds"), w, padding=1,
+                                                threads=1).to_numpy(), expected)

@@ -19,7 +19,7 @@ from .errors import ArgumentError, ShapeError
 from .formats.storage import Storage
 from .operands import as_tensor
 from .pictures import Dot
-from .runtime.callplan import build_plan
+from .runtime.callplan import Bound, build_plan, remember_extents
 from .runtime.kernel import StorageKernel, Variant
 from .tensor import Tensor, check_shape
 
@@ -34,7 +34,7 @@ class Kernel:
     def __init__(self, core: StorageKernel) -> None:
         self.core = core
         self._plan: Any = None  # C call plan of the variant that ran last
-        self._plans: dict[int, Any] = {}  # per variant (id), None where there is none
+        self._plans: dict[int, Bound | None] = {}  # per variant (id), None where there is none
 
     # -- introspection -------------------------------------------------------------------
     @property
@@ -95,9 +95,12 @@ class Kernel:
         """Like calling the kernel, with the result's shape given (needed when no operand
         carries a result index, as in ``A(i,j) = 0``; checked against the operands otherwise)."""
         plan = self._plan
-        if plan is not None and result_shape is None:
+        if plan is not None:
+            # the plan sizes the result from the operands' shapes; a different shape given
+            # (a smaller convolution output) is the Python path's
             out = plan(operands, threads)
-            if out is not NotImplemented and out is not None:
+            if out is not NotImplemented and out is not None and (
+                    result_shape is None or out.shape == tuple(result_shape)):
                 return out
         return self._run("fused", operands, result_shape=result_shape, threads=threads)
 
@@ -141,10 +144,14 @@ class Kernel:
             pstore = as_tensor(pattern, pfmt, name="pattern").storage
         storage, var = core.run(storages, mode, pstore, result_shape, threads)
         if mode == "fused":
-            self._plan = self._plan_of(var)
+            bound = self._bound(var)
+            self._plan = bound.plan if bound is not None else None
+            if bound is not None:
+                remember_extents(bound, core, {n: s.shape for n, s in storages.items()},
+                                 storage.shape if result_shape is not None else None)
         return Tensor._wrap(storage, name=core.result)
 
-    def _plan_of(self, var: Variant) -> Any:
+    def _bound(self, var: Variant) -> Bound | None:
         """The C call plan of ``var`` (built once; None when it has none)."""
         key = id(var)
         if key not in self._plans:

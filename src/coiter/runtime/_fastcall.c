@@ -101,6 +101,14 @@ typedef struct {
                               special_limit (another variant takes those), or (value <= -2)
                               extents of at most -2 - value (a dense workspace's limit) */
   int64_t special_limit;
+  /* derived extents (index variables only compound subscripts or given extents size): words
+     nwords .. nwords + nderived - 1, taken from the extents the Python path solved for the
+     last operand shapes it saw (key: the values of the words in key_words); other shapes
+     take the Python path, which solves them and remembers its answer here */
+  int nderived, nkey, derived_ok;
+  int* key_words;
+  int64_t* derived_key;
+  int64_t* derived_vals;
   int* rshape;             /* word holding each result mode's extent */
   int* rlevel_mode;        /* mode of each result storage level */
   int* out_typenums;
@@ -117,6 +125,9 @@ static void free_arrays(CallPlan* p) {
   PyMem_Free(p->rshape); PyMem_Free(p->rlevel_mode); PyMem_Free(p->out_typenums);
   PyMem_Free(p->out_itemsizes);
   PyMem_Free(p->fixed);
+  PyMem_Free(p->key_words); PyMem_Free(p->derived_key); PyMem_Free(p->derived_vals);
+  p->key_words = NULL; p->derived_key = p->derived_vals = NULL;
+  p->derived_ok = 0;
   p->ops = NULL; p->params = p->checks = p->rshape = p->rlevel_mode = p->out_typenums = p->out_itemsizes = NULL;
   p->fixed = NULL;
 }
@@ -174,8 +185,10 @@ static PyMemberDef* slot_of(PyObject* type, PyObject* name) {
 /* CallPlan(fn, keepalive, ops, params, checks, rshape, rlevel_mode, result_kind,
  *          (shared_op, shared_word, shared_levels), rtypenum,
  *          result_int32, out_typenums, out_itemsizes, fixed, special_limit, finisher,
- *          tensor_type, storage_type, rformat, rname, gil_work, entries_slot, result_unzeroed)
- * ops: tuple of (keyword, kind, sig, typenum, order, block_len) in block order. */
+ *          tensor_type, storage_type, rformat, rname, gil_work, entries_slot, result_unzeroed,
+ *          key_words, nderived)
+ * ops: tuple of (keyword, kind, sig, typenum, order, block_len) in block order; words from
+ * nwords on are the nderived derived extents (see remember). */
 static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   unsigned long long fn;
   int shared_op, shared_word, shared_levels;
@@ -185,14 +198,16 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   PyObject *finisher, *tensor_type, *storage_type, *rformat, *rname;
   int result_kind, rtypenum, result_int32;
   long long gil_work;
-  int entries_slot, result_unzeroed;
-  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!i(iii)ipO!O!O!LOOOOULip", &fn, &keepalive, &PyTuple_Type, &ops,
+  int entries_slot, result_unzeroed, nderived;
+  PyObject* key_words;
+  if (!PyArg_ParseTuple(args, "KOO!O!O!O!O!i(iii)ipO!O!O!LOOOOULipO!i", &fn, &keepalive, &PyTuple_Type, &ops,
                         &PyTuple_Type, &params, &PyTuple_Type, &checks, &PyTuple_Type, &rshape,
                         &PyTuple_Type, &rlevel_mode, &result_kind, &shared_op, &shared_word,
                         &shared_levels, &rtypenum, &result_int32,
                         &PyTuple_Type, &out_typenums, &PyTuple_Type, &out_itemsizes,
                         &PyTuple_Type, &fixed, &special_limit, &finisher, &tensor_type, &storage_type,
-                        &rformat, &rname, &gil_work, &entries_slot, &result_unzeroed))
+                        &rformat, &rname, &gil_work, &entries_slot, &result_unzeroed,
+                        &PyTuple_Type, &key_words, &nderived))
     return -1;
   if (!fn) { PyErr_SetString(PyExc_ValueError, "null kernel address"); return -1; }
   if (!PyType_Check(tensor_type) || !PyType_Check(storage_type)) {
@@ -228,7 +243,17 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
     offset += len;
   }
   p->nwords = offset;
-  if (p->nwords > MAX_WORDS) { PyErr_SetString(PyExc_ValueError, "too many argument words"); return -1; }
+  if (nderived < 0 || p->nwords + nderived > MAX_WORDS) {
+    PyErr_SetString(PyExc_ValueError, "too many argument words"); return -1;
+  }
+  p->nderived = nderived;
+  int nall = p->nwords + nderived;  /* words a source may name */
+  if (!(p->key_words = int_tuple(key_words, -1, &p->nkey, "key_words"))) return -1;
+  for (int k = 0; k < p->nkey; k++)
+    if (p->key_words[k] < 0 || p->key_words[k] >= p->nwords) { PyErr_SetString(PyExc_ValueError, "bad key word"); return -1; }
+  p->derived_key = PyMem_Malloc(sizeof(int64_t) * (size_t)(p->nkey > 0 ? p->nkey : 1));
+  p->derived_vals = PyMem_Malloc(sizeof(int64_t) * (size_t)(nderived > 0 ? nderived : 1));
+  if (!p->derived_key || !p->derived_vals) { PyErr_NoMemory(); return -1; }
   int n;
   if (!(p->params = int_tuple(params, -1, &n, "params"))) return -1;
   if (n % 2 || n / 2 > MAX_PARAMS) { PyErr_SetString(PyExc_ValueError, "bad params"); return -1; }
@@ -251,20 +276,20 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
     if (p->fixed[k] == -1 && PyErr_Occurred()) return -1;
   }
   for (int k = 0; k < p->nfixed; k++)
-    if (p->fixed[2 * k] < 0 || p->fixed[2 * k] >= p->nwords) { PyErr_SetString(PyExc_ValueError, "bad fixed word"); return -1; }
+    if (p->fixed[2 * k] < 0 || p->fixed[2 * k] >= nall) { PyErr_SetString(PyExc_ValueError, "bad fixed word"); return -1; }
   if (p->rorder > MAX_ORDER || p->rlevels > MAX_ORDER || p->nout > MAX_OUT) {
     PyErr_SetString(PyExc_ValueError, "result too large for a call plan"); return -1;
   }
   for (int k = 0; k < p->nparams; k++) {
     int src = p->params[2 * k], a = p->params[2 * k + 1];
-    if ((src == SRC_WORD && (a < 0 || a >= p->nwords)) || (src == SRC_RDIM && (a < 0 || a >= p->rlevels))) {
+    if ((src == SRC_WORD && (a < 0 || a >= nall)) || (src == SRC_RDIM && (a < 0 || a >= p->rlevels))) {
       PyErr_SetString(PyExc_ValueError, "parameter source out of range"); return -1;
     }
   }
   for (int k = 0; k < 2 * p->nchecks; k++)
-    if (p->checks[k] < 0 || p->checks[k] >= p->nwords) { PyErr_SetString(PyExc_ValueError, "bad check"); return -1; }
+    if (p->checks[k] < 0 || p->checks[k] >= nall) { PyErr_SetString(PyExc_ValueError, "bad check"); return -1; }
   for (int k = 0; k < p->rorder; k++)
-    if (p->rshape[k] < 0 || p->rshape[k] >= p->nwords) { PyErr_SetString(PyExc_ValueError, "bad rshape"); return -1; }
+    if (p->rshape[k] < 0 || p->rshape[k] >= nall) { PyErr_SetString(PyExc_ValueError, "bad rshape"); return -1; }
   for (int k = 0; k < p->rlevels; k++)
     if (p->rlevel_mode[k] < 0 || p->rlevel_mode[k] >= p->rorder) { PyErr_SetString(PyExc_ValueError, "bad rlevel_mode"); return -1; }
   if (result_kind == RESULT_SHARED && (shared_op < 0 || shared_op >= p->nops || shared_word < 0 ||
@@ -423,6 +448,12 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
     if (r == 0) goto not_implemented;
     held++;
   }
+  if (p->nderived) {  /* derived extents: those remembered for these shapes, or Python's */
+    if (!p->derived_ok) goto not_implemented;
+    for (int k = 0; k < p->nkey; k++)
+      if (w[p->key_words[k]] != p->derived_key[k]) goto not_implemented;
+    memcpy(w + p->nwords, p->derived_vals, sizeof(int64_t) * (size_t)p->nderived);
+  }
   for (int k = 0; k < p->nchecks; k++)
     if (w[p->checks[2 * k]] != w[p->checks[2 * k + 1]]) goto not_implemented;
   for (int k = 0; k < p->nfixed; k++) {  /* another extent: another variant */
@@ -531,6 +562,35 @@ done:
   return result;
 }
 
+/* plan.remember(key, values): the derived extents ``values`` (nderived of them) the Python
+ * path solved for operands whose key words hold ``key``; later calls with those shapes take
+ * them from here. */
+static PyObject* plan_remember(CallPlan* p, PyObject* args) {
+  PyObject *key, *values;
+  if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &key, &PyTuple_Type, &values)) return NULL;
+  if (PyTuple_GET_SIZE(key) != p->nkey || PyTuple_GET_SIZE(values) != p->nderived) {
+    PyErr_SetString(PyExc_ValueError, "remember: wrong number of key words or derived extents");
+    return NULL;
+  }
+  p->derived_ok = 0;  /* until every value has been read */
+  for (int k = 0; k < p->nkey; k++) {
+    p->derived_key[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(key, k));
+    if (p->derived_key[k] == -1 && PyErr_Occurred()) return NULL;
+  }
+  for (int k = 0; k < p->nderived; k++) {
+    p->derived_vals[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(values, k));
+    if (p->derived_vals[k] == -1 && PyErr_Occurred()) return NULL;
+  }
+  p->derived_ok = 1;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef plan_methods[] = {
+  {"remember", (PyCFunction)plan_remember, METH_VARARGS,
+   "remember(key, values): derived extents for operands of these shapes."},
+  {NULL, NULL, 0, NULL},
+};
+
 static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   CallPlan* p = (CallPlan*)type->tp_alloc(type, 0);
   return (PyObject*)p;
@@ -548,6 +608,7 @@ static PyTypeObject CallPlanType = {
   .tp_traverse = (traverseproc)plan_traverse,
   .tp_clear = (inquiry)plan_clear,
   .tp_call = (ternaryfunc)plan_call,
+  .tp_methods = plan_methods,
 };
 
 /* array(n, dtype, zero) -> a 1-D array, zeroed or not; large ones from the result pool */

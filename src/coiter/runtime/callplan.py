@@ -12,12 +12,14 @@ None and every call goes through ctypes.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from ..errors import ShapeError
 from ..formats.format import Format
 from ..formats.storage import signature_id
+from ..notation.ast import IndexVar
 from .kernel import SPECIALIZE_EXTENT, StorageKernel, Variant, entries_slot, shared_spec
 
 try:
@@ -41,14 +43,23 @@ def _block(fmt: Format) -> tuple[int, list[tuple[int, str]]]:
     return len(fmt.levels), arrays
 
 
+class Bound(NamedTuple):
+    """A variant's CallPlan and the index variables whose extents no operand's shape gives
+    (compound subscripts' and given extents, in the plan's derived words): the Python path
+    solves them and hands them to the plan with :func:`remember_extents`."""
+
+    plan: Any
+    derived: tuple[IndexVar, ...]
+
+
 def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
-               tensor_type: type, storage_type: type) -> Any | None:
+               tensor_type: type, storage_type: type) -> Bound | None:
     """A CallPlan for ``var`` of ``core``, or None when the variant needs the Python path
-    (converted operands, converted results, a result shape no operand gives) or the
-    extension is missing. ``finisher(rc, vals, arrays, shape, shared)`` builds sparse
-    results (``shared``: the storage of the operand whose levels the result shares) and
-    reports errors; dense results become ``tensor_type`` objects in C."""
-    if _fastcall is None or core.tuner is not None or var.ir.mode != "fused":
+    (converted operands, converted results, counted iterations) or the extension is
+    missing. ``finisher(rc, vals, arrays, shape, shared)`` builds sparse results
+    (``shared``: the storage of the operand whose levels the result shares) and reports
+    errors; dense results become ``tensor_type`` objects in C."""
+    if _fastcall is None or core.tuner is not None or var.ir.mode != "fused" or core.count_iterations:
         return None
     prog, ir = var.prog, var.ir
     if prog.result_conversion is not None:
@@ -77,6 +88,17 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         offsets[name] = (words, order, arrays)
         words += length
 
+    checks, first = _extent_words(core, offsets)
+    derived: list[IndexVar] = []
+
+    def extent_word(v: IndexVar) -> int:
+        # an operand's shape word, else a derived word (solved by the Python path)
+        if v in first:
+            return first[v]
+        if v not in derived:
+            derived.append(v)
+        return words + derived.index(v)
+
     params: list[int] = []
     sources = {"threads": _fastcall.SRC_THREADS, "work": _fastcall.SRC_WORK,
                "vals": _fastcall.SRC_RVALS, "shared_vals": _fastcall.SRC_RVALS, "out": _fastcall.SRC_OUT,
@@ -86,6 +108,8 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
             params += [sources[p.kind], 0]
         elif p.tensor == core.result and p.kind == "dim":
             params += [_fastcall.SRC_RDIM, p.level]
+        elif p.kind == "extent":
+            params += [_fastcall.SRC_WORD, extent_word(IndexVar(p.array))]
         elif p.tensor in offsets and p.kind in ("dim", "array", "vals"):
             base, order, arrays = offsets[p.tensor]
             nlevels = len(core.formats[p.tensor].levels)
@@ -101,13 +125,7 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         else:
             return None  # a parameter unknown here
 
-    if core.equations or core.count_iterations:
-        # compound subscripts (extents solved and checked in Python), counted iterations
-        return None
-    checks, first = _extent_words(core, offsets)
-    rshape = [first.get(v) for v in core.assignment.lhs.indices]
-    if any(w is None for w in rshape):
-        return None  # the result's shape must be given: the Python path
+    rshape = [extent_word(v) for v in core.plain.lhs.indices]
     # (word, value): the extents the variant was compiled for; a generic level's extent
     # (value -1) must not be one a specialised variant exists for
     fixed: list[int] = []
@@ -131,13 +149,33 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
         kind = _fastcall.RESULT_SHARED
     else:
         kind = _fastcall.RESULT_ALLOCATED if ir.result_allocated else _fastcall.RESULT_DENSE
-    return _fastcall.CallPlan(
+    plan = _fastcall.CallPlan(
         var.address, var.library, tuple(ops), tuple(params), tuple(checks), tuple(rshape),
         tuple(rfmt.ordering), kind, shared,
         np.dtype(rdecl.dtype).num, itype == np.int32,
         tuple(t.num for t in out_types), tuple(t.itemsize for t in out_types), tuple(fixed),
         SPECIALIZE_EXTENT, finisher, tensor_type, storage_type, rfmt, core.result, GIL_WORK,
-        entries_slot(rfmt, ir.out_arrays), ir.zeroes_result)
+        entries_slot(rfmt, ir.out_arrays), ir.zeroes_result,
+        tuple(base + m for base, order, _ in offsets.values() for m in range(order)), len(derived))
+    return Bound(plan, tuple(derived))
+
+
+def remember_extents(bound: Bound, core: StorageKernel, shapes: Mapping[str, tuple[int, ...]],
+                     given: tuple[int, ...] | None = None) -> None:
+    """Give ``bound``'s plan the derived extents of operands of these ``shapes`` (after a
+    call that succeeded), so that its next calls with these shapes stay in C. A call given
+    the result's shape ``given`` teaches the plan only when the operands alone size the
+    result that way."""
+    if not bound.derived:
+        return
+    try:
+        dims = core.dims(shapes)
+    except ShapeError:  # the operands alone do not size the result
+        return
+    if given is not None and tuple(dims[v] for v in core.plain.lhs.indices) != tuple(given):
+        return
+    bound.plan.remember(tuple(d for name in core.inputs for d in shapes[name]),
+                        tuple(dims[v] for v in bound.derived))
 
 
 def _extent_words(core: StorageKernel, offsets: Mapping[str, tuple[int, int, list]]
