@@ -53,3 +53,23 @@ def test_auto_sparse_result_and_tensor_kernels(store) -> None:
     C, D = rng.random((15, 6)), rng.random((12, 6))
     k = coiter.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": coiter.csf(3)}, schedule="auto")
     np.testing.assert_allclose(k(B=T, C=C, D=D).to_numpy(), np.einsum("ikl,kj,lj->ij", T, C, D))
+
+
+@pytest.mark.parametrize("setting", ["1", "0", "no tqdm"])
+def test_search_progress_bar(store, setting, monkeypatch, capsys) -> None:
+    import sys
+
+    if setting == "no tqdm":
+        monkeypatch.setitem(sys.modules, "tqdm", None)  # as if not installed
+    else:
+        monkeypatch.setenv("COITER_PROGRESS", setting)
+    A = sp.random_array((200, 150), density=0.05, format="csr", random_state=3)
+    x = np.random.default_rng(3).random(150)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="auto")
+    np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
+    (trials,) = k.tuner.trials.values()
+    err = capsys.readouterr().err
+    if setting == "1":  # a bar over the schedules tried (every one: all compute the same)
+        assert "autotuning y(i) = A(i,j) * x(j)" in err and f"0/{len(trials)} " in err
+    else:
+        assert "autotuning" not in err

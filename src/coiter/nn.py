@@ -352,7 +352,7 @@ def _site_format(order: int) -> Format:
 
 
 def sites(input: Tensor) -> Tensor:
-    """The active sites of channels-last features ``input`` (N, *spatial, C) stored as
+    """The active sites of channels-last features ``input`` ``(N, *spatial, C)`` stored as
     :func:`_site_format` lays them out: a tensor of ones over the same index arrays (no copy)."""
     st = input.storage
     channels = input.shape[-1]
@@ -365,8 +365,8 @@ def submanifold_conv(input: Any, weight: Any, bias: Any = None, dilation: Any = 
                      mask: Tensor | None = None, threads: int | None = None) -> Tensor:
     """Submanifold sparse convolution (Graham et al.; spconv's ``SubMConv``): the result has
     exactly the input's active sites, each the sum over the centred filter of its active
-    neighbours. ``input`` is channels last, (N, *spatial, C), stored (or converted) with
-    compressed spatial levels and dense channels; ``weight`` is (K, C, *taps) with odd taps.
+    neighbours. ``input`` is channels last, ``(N, *spatial, C)``, stored (or converted) with
+    compressed spatial levels and dense channels; ``weight`` is ``(K, C, *taps)`` with odd taps.
     ``mask`` (from :func:`sites`) may be passed when several layers share the input's sites.
     The loops walk the sites and, per filter tap, the window of the neighbouring row
     (binary search), so the work follows the active sites, never the grid."""

@@ -4,6 +4,9 @@ The winner is cached per (expression, formats, value types, size class) in memor
 (``autotune.json`` in the kernel cache directory, or ``$COITER_AUTOTUNE_FILE``), so later calls, and later
 processes, on operands of the same size class reuse it without searching. Every
 candidate's result is checked against the default schedule's before its time counts.
+
+A search that takes more than half a second shows a progress bar on the terminal when tqdm
+is installed (``COITER_PROGRESS=1`` shows it anywhere, ``0`` never).
 """
 from __future__ import annotations
 
@@ -11,11 +14,12 @@ import fcntl
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 from statistics import median
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 
@@ -28,6 +32,8 @@ from .compiler import cache_dir
 from .trust import owned_file
 
 REPEAT = 3
+PROGRESS_DELAY = 0.5  # seconds a search runs before its progress bar appears
+T = TypeVar("T")
 # results may differ in the last bits: atomics and reductions reorder sums
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -104,6 +110,21 @@ def _time(run: Callable[[], Any]) -> float:
     return median(times)
 
 
+def progress(items: Iterable[T], total: int, what: str) -> Iterator[T]:
+    """``items``, with a tqdm progress bar on stderr while they are consumed: on a terminal,
+    or always with ``COITER_PROGRESS=1``; never with ``COITER_PROGRESS=0`` or without tqdm."""
+    setting = os.environ.get("COITER_PROGRESS", "").strip()
+    if setting == "0":
+        return iter(items)
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return iter(items)
+    return iter(tqdm(items, total=total, desc=what, unit="schedule", leave=False, file=sys.stderr,
+                     delay=PROGRESS_DELAY if setting != "1" else 0,
+                     disable=False if setting == "1" else None))  # None: only on a terminal
+
+
 class AutoTuner:
     """Chooses and remembers schedules for one kernel."""
 
@@ -133,7 +154,7 @@ class AutoTuner:
         expected = reference()
         trials: list[tuple[str, float]] = []
         best: tuple[float, tuple[Command, ...]] = (math.inf, ())
-        for cand in candidates:
+        for cand in progress(candidates, len(candidates), f"autotuning {self.key.split('|')[0]}"):
             out = run(cand.commands)
             if not _same(out, expected):
                 continue  # never pick a schedule whose result differs
