@@ -28,7 +28,7 @@ from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, 
 from .formats.levels import Compressed, Dense
 from .formats.storage import Storage, check_fill
 from .notation.affine import as_subscript
-from .notation.ast import Access, Affine, Assignment, IndexVar, Subscript, accesses, as_expr
+from .notation.ast import Access, Affine, Assignment, IndexVar, Subscript, Window, accesses, as_expr
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
     np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32,
@@ -678,9 +678,9 @@ class Tensor:
         subs = []
         for v in given:
             sub = as_subscript(v) if compound else v
-            if not isinstance(sub, (IndexVar, Affine)):
-                what = "IndexVar or an affine sum of them (i + k, 2*i + k - 1)" if compound \
-                    else "IndexVar"
+            if not isinstance(sub, (IndexVar, Affine, Window)):
+                what = "IndexVar, an affine sum of them (i + k, 2*i + k - 1) or a window " \
+                    "(i[0:5])" if compound else "IndexVar"
                 raise ArgumentError(f"{self._name} is indexed by {what} (see coiter.index_vars), "
                                     f"got {v!r}")
             subs.append(sub)

@@ -131,7 +131,7 @@ class _Lifter:
 
 def _written(a: Access, equations: tuple[Equation, ...]) -> str:
     """``a`` as the user wrote it (its compound subscripts instead of their variables)."""
-    written = {eq.var: str(eq.subscript) for eq in equations}
+    written = {eq.var: str(eq.window if eq.window is not None else eq.subscript) for eq in equations}
     return f"{a.tensor}({','.join(written.get(v, str(v)) for v in a.indices)})"
 
 
@@ -299,7 +299,8 @@ def concretize(
             accumulate = True
 
     result_conversion = final_fmt if final_fmt != result_fmt else None
-    builder = _Builder(lo.order, temps, derived)
+    builder = _Builder(lo.order, temps, derived,
+                       {s.driver: s.loops for s in lp.solved if s.diagonal and s.driver is not None})
     scattered = _scattered_levels(lhs, result_fmt, lo.order, top_reduced if accumulate else ())
     if not lo.result_concordant or scattered:
         modes = _workspace_modes(lhs, result_fmt, lo.order, top_reduced if accumulate else (),
@@ -550,7 +551,10 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
         free = list(lhs.indices)
         result_fmt = layouts.formats[lhs.tensor]
         result_path = [free[m] for m in result_fmt.ordering]
-        all_vars = _loop_vars(result_path + [v for v in index_vars_of(rhs) if v not in free],
+        # (a variable only windows read, b(i(3,11)) * c(i(0,8)), is walked by a loop of its
+        # own, inside which each windowed level is walked in a window of one coordinate)
+        all_vars = _loop_vars(result_path + [v for v in index_vars_of(rhs) if v not in free]
+                              + [w for s in solved if s.diagonal for w in s.loops if w not in free],
                               derived)
         all_vars = _storage_order_first([v for v in all_vars if v not in derived],
                                         [a for a in accesses(rhs) if a.tensor in layouts.expanded])
@@ -571,8 +575,8 @@ def _plan_loops(assignment: Assignment, formats: Mapping[str, Format],
             if any(v in loops_of or v in walked for v in a.indices):
                 # the equations were solved for its storage order
                 raise FormatError(f"{_written(a, equations)}: its storage order conflicts "
-                                  "with the loops its compound subscripts need; store it with "
-                                  "its modes in another order")
+                                  "with the loops the expression's compound subscripts or "
+                                  "windows need; store it with its modes in another order")
         stuck = {operands[idx].tensor for idx, _ in order.transposed} & layouts.expanded
         if not stuck:
             return _LoopPlan(layouts, lifter, body, temps, top_reduced, derived, operands, order,
@@ -661,10 +665,14 @@ def _workspace_modes(
 class _Builder:
     """Nests foralls in loop order, placing each temporary's where as early as possible."""
 
-    def __init__(self, order: tuple[IndexVar, ...], temps: list[_Temp], derived: Derived) -> None:
+    def __init__(self, order: tuple[IndexVar, ...], temps: list[_Temp], derived: Derived,
+                 placing: Mapping[IndexVar, tuple[IndexVar, ...]]) -> None:
         self.order = order
         self.temps = {t.name: t for t in temps}
         self.derived = derived
+        # a variable walked in one-coordinate windows: the loops placing them (a window's
+        # variable, which no access may have: b(i(3,11)) * c(i(0,8)))
+        self.placing = placing
 
     def build(
         self, bound: tuple[IndexVar, ...], lhs: Access, rhs: Expr, accumulate: bool,
@@ -685,6 +693,7 @@ class _Builder:
         }
         needed |= {v for a in accesses(rhs) if a.tensor in self.temps and a.tensor not in placed
                    for v in self.temps[a.tensor].free}
+        needed |= {w for v in needed for w in self.placing.get(v, ())}
         needed = set(_loop_vars(needed, self.derived))
         for v in self.order:
             if v in needed and v not in bound:

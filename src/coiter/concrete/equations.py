@@ -103,6 +103,17 @@ def _diagonal(eq: Equation, operands: Sequence[Access], formats: Mapping[str, Fo
                   subscript=Affine(((1, outer), (1, eq.offset)), 0), windowed=True, diagonal=True)
 
 
+def _window(eq: Equation) -> Solved:
+    """A window's solution when loops walk both its variable and the level it reads
+    (``A(i(1,5)) * D(i)``, both sparse): the loop over ``i`` walks the level's stored
+    coordinates in the windows ``[2*i + 1, 2*i + 2)`` of one coordinate, co-iterated with the
+    other operands, through the offset ``t - 2*i - 1`` in ``[0, 1)``."""
+    w, off = eq.window, eq.window_offset
+    assert w is not None and off is not None
+    return Solved(off, ((1, eq.var), (-w.step, w.var)), -w.lo, 1, driver=eq.var,
+                  subscript=Affine(((w.step, w.var), (1, off)), w.lo), windowed=True, diagonal=True)
+
+
 def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], lhs: Access,
                     formats: Mapping[str, Format], checked: bool,
                     summed: frozenset[IndexVar],
@@ -127,6 +138,13 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
             out.append(Solved(eq.var, sub.terms, sub.const, 1, checked))
             taken.update((eq.var, *sub.vars))
             continue
+        if eq.window is not None and any(other is not eq and eq.window.var in other.subscript.vars
+                                         for other in equations):
+            # several windows over one variable (B(i(0,5)) + C(i(2,7))): a loop walks it and
+            # every sparse level it windows is walked within one-coordinate windows
+            out.append(_window(eq))
+            taken.update((eq.var, *sub.vars))
+            continue
         solved = {s.var for s in out}  # a solution is computed from loops, not solutions
         free = [(c, v) for c, v in sub.terms if v not in taken and not _walked(v, operands, formats)
                 and not _blocks(v, eq, operands, formats)
@@ -148,6 +166,10 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
         gathers.sort(key=lambda cv: abs(cv[0]) != 1)
         if not scatter and not gathers and eq.diagonal is not None:
             out.append(_diagonal(eq, operands, formats))
+            taken.update((eq.var, *sub.vars))
+            continue
+        if not scatter and not gathers and eq.window is not None:
+            out.append(_window(eq))
             taken.update((eq.var, *sub.vars))
             continue
         if not scatter and not gathers:

@@ -186,7 +186,8 @@ class Solved(Relation):
     subscript: Any = None  # the compound subscript (an Affine) ``driver`` stands for
     # the loop over ``driver`` walks a window placed by the other loops, which come first
     windowed: bool = False
-    # a diagonal's (A(i,i) read as A(i,i0)): ``var`` is the offset i0 - i, which no operand
+    # a diagonal's (A(i,i) read as A(i,i0)), or a window's walked by a loop other operands
+    # share (B(i(2,6)) * C(i)): ``var`` is the offset i0 - i (t - i - 2), which no operand
     # reads, in a window of one coordinate; ``loops`` are the two variables, one in value
     diagonal: bool = False
 

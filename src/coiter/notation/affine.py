@@ -28,6 +28,7 @@ from .ast import (
     Reduction,
     Sub,
     Subscript,
+    Window,
     affine,
     children,
     index_vars_of,
@@ -48,6 +49,12 @@ class Equation:
     # a repeated subscript's (``A(i,i)``: ``i0 = i``): a fresh variable of extent 1 that a
     # sparse level walked at one of the two reads its window through (``i0 - i``, in [0, 1))
     offset: IndexVar | None = None
+    # a window's (``B(i(1,7,2))``: ``t = 2*i + 1``): the window, which sizes its variable,
+    # and a fresh variable of extent 1 through which a sparse level that another operand's
+    # loop over ``i`` co-iterates walks its stored coordinates in the window (``t = 2*i + 1
+    # + i_win``, a one-wide filter of the convolution machinery)
+    window: Window | None = None
+    window_offset: IndexVar | None = None
 
     def __str__(self) -> str:
         return f"{self.var} = {self.subscript}"
@@ -66,7 +73,9 @@ def trivialize(a: Assignment) -> tuple[Assignment, tuple[Equation, ...]]:
     taken = {v.name for v in index_vars_of(a.rhs)} | {v.name for v in a.lhs.index_vars}
     # the result's compound subscripts (a transposed convolution's O(2*x+r)) scatter: its
     # variables are results too, summed by no Reduction
-    fresh: dict[Affine, IndexVar] = {}
+    # equal compound subscripts share a variable; a window is one tensor's (another tensor's
+    # mode through the same window may have another size)
+    fresh: dict[Affine | tuple[Window, str], IndexVar] = {}
     equations: list[Equation] = []
 
     def unused(base: str) -> IndexVar:
@@ -76,13 +85,18 @@ def trivialize(a: Assignment) -> tuple[Assignment, tuple[Equation, ...]]:
         taken.add(candidate)
         return IndexVar(candidate)
 
-    def name(sub: Affine, access: Access, diagonal: bool = False) -> IndexVar:
-        if sub not in fresh:
+    def name(sub: Affine | Window, access: Access, diagonal: bool = False) -> IndexVar:
+        key = (sub, access.tensor) if isinstance(sub, Window) else sub
+        if key not in fresh:
             # i+k is read through "ik" (ik0, ik1... when taken)
-            fresh[sub] = unused("".join(v.name for v in sub.vars))
-            offset = unused(f"{sub.vars[0].name}_off") if diagonal else None
-            equations.append(Equation(fresh[sub], sub, str(access), offset))
-        return fresh[sub]
+            var = fresh[key] = unused("".join(v.name for v in sub.vars))
+            if isinstance(sub, Window):
+                equations.append(Equation(var, Affine(((sub.step, sub.var),), sub.lo), str(access),
+                                          window=sub, window_offset=unused(f"{sub.var.name}_win")))
+            else:
+                offset = unused(f"{sub.vars[0].name}_off") if diagonal else None
+                equations.append(Equation(var, sub, str(access), offset))
+        return fresh[key]
 
     def plain(x: Access) -> Access:
         if all(isinstance(s, IndexVar) for s in x.indices) and len(set(x.indices)) == len(x.indices):
@@ -100,6 +114,10 @@ def trivialize(a: Assignment) -> tuple[Assignment, tuple[Equation, ...]]:
             subs.append(s if isinstance(s, IndexVar) else name(s, x))
         return Access(x.tensor, tuple(subs), x.source)
 
+    windows = [str(s) for s in a.lhs.indices if isinstance(s, Window)]
+    if windows:
+        raise ArgumentError(f"the result {a.lhs} has the window {windows[0]}: coiter computes new "
+                            "results, which have no other coordinates; window the operands")
     repeated = sorted({v.name for v in a.lhs.indices if a.lhs.indices.count(v) > 1})
     if repeated:
         raise ArgumentError(f"the result {a.lhs} repeats index {', '.join(repeated)}: a result "
@@ -118,9 +136,9 @@ def subscript_range(sub: Affine, extents: Mapping[IndexVar, int]) -> tuple[int, 
 
 
 def as_subscript(x: Any) -> Subscript | None:
-    """The subscript a DSL index stands for (``i``, ``i + k``, ``2*i + k - 1``), or None
-    when ``x`` is not an affine sum of index variables and integers."""
-    if isinstance(x, IndexVar):
+    """The subscript a DSL index stands for (``i``, ``i + k``, ``2*i + k - 1``, a window
+    ``i[1:7:2]``), or None when ``x`` is not an affine sum of index variables and integers."""
+    if isinstance(x, (IndexVar, Window)):
         return x
     if not isinstance(x, Expr):
         return None

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Union
 
+from ..errors import ArgumentError
+
 Number = Union[bool, int, float, complex]
 
 
@@ -20,6 +22,18 @@ class IndexVar:
 
     def __repr__(self) -> str:
         return self.name
+
+    def __getitem__(self, key: Any) -> Window:
+        """``i[lo:hi]`` or ``i[lo:hi:step]``: a window of the mode this subscript indexes
+        (``B[i[0:5]]`` reads ``B``'s coordinates 0 to 4 as ``i`` = 0 to 4)."""
+        if not isinstance(key, slice) or key.stop is None:
+            raise ArgumentError(f"a window of {self.name} is a slice with an end, "
+                                f"{self.name}[lo:hi] or {self.name}[lo:hi:step]; got {key!r}")
+        try:
+            return window(self, 0 if key.start is None else key.start, key.stop,
+                          1 if key.step is None else key.step)
+        except ValueError as exc:
+            raise ArgumentError(str(exc)) from None
 
     def __add__(self, other: Any) -> Expr:
         return Coordinate(self) + other
@@ -139,7 +153,43 @@ class Affine:
         return out
 
 
-Subscript = Union[IndexVar, Affine]
+@dataclass(frozen=True)
+class Window:
+    """A window of a mode (TACO's ``A(i(lo,hi,step))``, the DSL's ``A[i[lo:hi:step]]``): the
+    mode is read at ``lo + step * var`` for ``var`` in ``[0, extent)``, ``extent`` the number
+    of coordinates ``range(lo, hi, step)`` holds. No data is copied: a sparse operand's
+    stored coordinates in the window are walked in place. Build one with :func:`window`."""
+
+    var: IndexVar
+    lo: int
+    hi: int
+    step: int = 1
+
+    @property
+    def extent(self) -> int:
+        return len(range(self.lo, self.hi, self.step))
+
+    @property
+    def vars(self) -> tuple[IndexVar, ...]:
+        return (self.var,)
+
+    def __str__(self) -> str:
+        step = f",{self.step}" if self.step != 1 else ""
+        return f"{self.var.name}({self.lo},{self.hi}{step})"
+
+
+def window(var: IndexVar, lo: int, hi: int, step: int = 1) -> Window:
+    """The window ``range(lo, hi, step)`` of a mode read through ``var``; ValueError saying
+    why when it holds no coordinate or starts below 0."""
+    if any(isinstance(x, bool) or not isinstance(x, int) for x in (lo, hi, step)):
+        raise ValueError(f"the window {var.name}({lo!r},{hi!r},{step!r}) needs integer bounds")
+    if lo < 0 or hi <= lo or step < 1:
+        raise ValueError(f"the window {var.name}({lo},{hi},{step}) needs 0 <= lo < hi and a "
+                         "step of at least 1")
+    return Window(var, lo, hi, step)
+
+
+Subscript = Union[IndexVar, Affine, Window]
 
 
 def affine(terms: Any, const: int = 0) -> Subscript:
@@ -159,15 +209,15 @@ def affine(terms: Any, const: int = 0) -> Subscript:
 
 def subscript_vars(s: Subscript) -> tuple[IndexVar, ...]:
     """The index variables of one subscript."""
-    return s.vars if isinstance(s, Affine) else (s,)
+    return s.vars if isinstance(s, (Affine, Window)) else (s,)
 
 
 @dataclass(frozen=True, eq=True)
 class Access(Expr):
     """``tensor(indices...)``; ``source`` optionally points at the DSL's Tensor object.
 
-    Front ends may put :class:`Affine` subscripts in ``indices``; the compiler replaces
-    them by fresh variables and index equations (:mod:`coiter.notation.affine`) before
+    Front ends may put :class:`Affine` and :class:`Window` subscripts in ``indices``; the
+    compiler replaces them by fresh variables and index equations (:mod:`coiter.notation.affine`) before
     concretizing, so every later stage sees plain variables only."""
 
     tensor: str

@@ -4,7 +4,8 @@ Grammar (whitespace is allowed between any two tokens)::
 
     assignment := access ('=' | '+=') expr
     access     := NAME [ '(' [ subscript (',' subscript)* ] ')' ]
-    subscript  := ['-'] sterm (('+' | '-') sterm)*  an affine sum: i, i+k, 2*i+k-1
+    subscript  := window | ['-'] sterm (('+' | '-') sterm)*  an affine sum: i, i+k, 2*i+k-1
+    window     := NAME '(' INT ',' INT [',' INT] ')'  coordinates lo, lo+step... below hi
     sterm      := INT ['*' NAME] | NAME ['*' INT]
     expr       := conj ('||' conj)*                 left associative
     conj       := comparison ('&&' comparison)*     left associative
@@ -49,6 +50,7 @@ from coiter.notation.ast import (
     Subscript,
     affine,
     subscript_vars,
+    window,
     Mul,
     Neg,
     Number,
@@ -339,8 +341,10 @@ class _Parser:
             self.advance()
 
     def subscript(self, tensor: str) -> Subscript:
-        """Parse one subscript: an index variable or an affine sum of them."""
+        """Parse one subscript: an index variable, an affine sum of them, or a window."""
         start = self.peek
+        if start.kind == "name" and self.ahead(1).is_op("("):
+            return self.window(tensor)
         terms: list[tuple[int, IndexVar]] = []
         const = 0
         sign = 1
@@ -360,6 +364,26 @@ class _Parser:
             return affine(terms, const)
         except ValueError:
             raise self.error(f"subscript of {tensor} has no index variable", start.column) from None
+
+    def window(self, tensor: str) -> Subscript:
+        """``NAME '(' lo ',' hi [',' step] ')'``: TACO's window of a mode, a whole subscript."""
+        name = self.advance()
+        self.advance()  # the '('
+        bounds = [self.subscript_int(tensor)]
+        while self.peek.is_op(",") and len(bounds) < 3:
+            self.advance()
+            bounds.append(self.subscript_int(tensor))
+        if len(bounds) < 2 or not self.peek.is_op(")"):
+            raise self.expected(f"the window {name.text}(lo,hi) or {name.text}(lo,hi,step) in the "
+                                f"subscript of {tensor}")
+        self.advance()
+        if not self.peek.is_op(",", ")"):
+            raise self.expected(f"',' or ')' after the window {name.text}(...) of {tensor}: a window "
+                                "is a whole subscript")
+        try:
+            return window(IndexVar(name.text), *bounds)
+        except ValueError as exc:
+            raise self.error(str(exc), name.column) from None
 
     def subscript_term(self, tensor: str) -> tuple[int, IndexVar | None]:
         """``INT ['*' NAME]`` or ``NAME ['*' INT]``: a coefficient and its variable."""

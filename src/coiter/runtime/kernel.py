@@ -187,7 +187,13 @@ class StorageKernel:
             raise ArgumentError(why)
         self.padding = padding
         # sizes of index variables given by name (a pooling window's, which no operand has)
+        # or by a window of a mode (B(i(0,5)): 5), with where each comes from
         self.extents = {IndexVar(n): int(e) for n, e in (extents or {}).items()}
+        self.extent_where = {v: "extents" for v in self.extents}
+        for eq in self.equations:
+            if eq.window is not None:
+                self._window_extent(eq.window.var, eq.window.extent, f"the window {eq.window} of {eq.where}")
+                self._window_extent(eq.window_offset, 1, f"the window {eq.window} of {eq.where}")
         # result variables whose compound subscripts are walked per output, not scattered
         # (None: concretize's default choice)
         self.gather = None if gather is None else tuple(gather)
@@ -223,6 +229,14 @@ class StorageKernel:
         self._programs: dict[tuple, ConcreteProgram] = {}
         self._variants: dict[tuple, Variant] = {}
         self._result_formats: dict[int, Format] = {}
+
+    def _window_extent(self, v: IndexVar | None, extent: int, where: str) -> None:
+        assert v is not None  # a window's equation has its offset variable
+        if v in self.extents and self.extents[v] != extent:
+            raise ShapeError(f"index variable {v.name} has {self.extents[v]} coordinates in "
+                             f"{self.extent_where[v]} but {extent} in {where}")
+        self.extents[v] = extent
+        self.extent_where.setdefault(v, where)
 
     def keyword(self, name: str) -> str:
         """The keyword an operand is passed under."""
@@ -390,7 +404,7 @@ class StorageKernel:
              result_shape: tuple[int, ...] | None = None) -> dict[IndexVar, int]:
         """The extent of every index variable; ShapeError naming the culprit on a mismatch."""
         dims: dict[IndexVar, int] = dict(self.extents)
-        where: dict[IndexVar, str] = {v: "extents" for v in self.extents}
+        where: dict[IndexVar, str] = dict(self.extent_where)
         lhs = self.plain.lhs.indices
         if result_shape is not None:
             if len(result_shape) != len(lhs):
@@ -440,6 +454,9 @@ class StorageKernel:
             if eq.var not in dims:  # the result's compound subscript: its whole range
                 dims[eq.var] = subscript_range(eq.subscript, dims)[1] + 1
             lo, hi = subscript_range(eq.subscript, dims)
+            if eq.window is not None and not self.padding and hi >= dims[eq.var]:
+                raise ShapeError(f"the window {eq.window} of {eq.where} reaches coordinate {hi} "
+                                 f"but the mode has size {dims[eq.var]}")
             if not self.padding and any(dims[v] for v in eq.subscript.vars) and (
                     lo < 0 or hi >= dims[eq.var]):
                 raise ShapeError(
