@@ -486,6 +486,9 @@ KERNELS = {
     "ttv": ("A(i,j) = B(i,j,k) * c(k)", {"B": "sss"}),
     "mttkrp": ("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", {"B": "dss"}),
     "add": ("A(i,j) = B(i,j) + C(i,j)", {"B": "csr", "C": "dd"}),
+    # sparse intersections: loops over one operand's positions search the other
+    "rowdot": ("y(i) = B(i,j) * C(i,j)", {"B": "csr", "C": "csr"}),
+    "dot": ("a = b(i) * c(i)", {"b": "s", "c": "s"}),
 }
 
 
@@ -503,6 +506,12 @@ def _operands(name: str, rng: np.random.Generator):
     if name == "mttkrp":
         B, C, D = _tensor3((9, 7, 11), 0.2, int(rng.integers(1 << 30))), rng.random((7, 5)), rng.random((11, 5))
         return dict(B=B, C=C, D=D), lambda: np.einsum("ikl,kj,lj->ij", B, C, D)
+    if name == "rowdot":
+        B, C = (_csr(23, 19, 0.3, int(rng.integers(1 << 30))) for _ in range(2))
+        return dict(B=B, C=C), lambda: (B.toarray() * C.toarray()).sum(axis=1)
+    if name == "dot":
+        b, c = (_dense((60,), 0.3, int(rng.integers(1 << 30))) for _ in range(2))
+        return dict(b=b, c=c), lambda: np.array(b @ c)
     B, C = _csr(23, 19, 0.2, int(rng.integers(1 << 30))), rng.random((23, 19))
     return dict(B=B, C=C), lambda: B.toarray() + C
 
@@ -597,3 +606,47 @@ def test_nested_parallel_reduction_inside_outlined_body() -> None:
     operands, reference = _operands("mttkrp", np.random.default_rng(0))
     for threads in (1, 2):
         np.testing.assert_allclose(kernel(threads=threads, **operands).to_numpy(), reference(), rtol=1e-10)
+
+
+# pos over an intersection, and split pieces of a co-iterated loop: the operands that pos
+# does not walk are found by binary search in their segments (TACO's scheduling tests)
+SEARCHED = [
+    ("y(i) = a(i) * b(i)", {"a": "s", "b": "s"},
+     "split(i,iX,iY,2),split(iX,iX0,iX1,2),split(iY,iY0,iY1,2)", lambda a, b, c: a * b),
+    ("y(i) = a(i) + b(i)", {"a": "s", "b": "s"}, "split(i,i0,i1,4)", lambda a, b, c: a + b),
+    ("x = a(i) * b(i) * c(i)", {"a": "s", "b": "s", "c": "s"}, "pos(i,ip,a(i))",
+     lambda a, b, c: (a * b * c).sum()),
+    ("x = a(i) * b(i)", {"a": "s", "b": "s"},
+     "pos(i,ip,a(i)),split(ip,i0,i1,4),parallelize(i0,CPUThread,Atomics)", lambda a, b, c: a @ b),
+    ("y(i) = a(i) * b(i) + c(i)", {"a": "s", "b": "s"}, "pos(i,ip,a(i))", None),  # a union
+]
+
+
+@pytest.mark.parametrize("expr,formats,schedule,ref", SEARCHED)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_loops_over_positions_or_pieces_search_the_other_operands(expr, formats, schedule, ref,
+                                                                  threads) -> None:
+    a, b, c = (_dense((200,), d, seed) for d, seed in ((0.3, 1), (0.5, 2), (0.4, 3)))
+    ops = {n: coiter.Tensor.from_numpy(v, formats.get(n, "d")) for n, v in zip("abc", (a, b, c))
+           if n in expr}
+    if ref is None:
+        with pytest.raises(ScheduleError, match="does not vanish where a\\(i\\) is absent"):
+            coiter.compile(expr, formats, schedule=schedule)(**ops)
+        return
+    got = coiter.compile(expr, formats, schedule=schedule)(**ops, threads=threads)
+    np.testing.assert_allclose(got.to_numpy(), ref(a, b, c), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fb", ["csr", "dcsr", "dense"])
+@pytest.mark.parametrize("schedule", ["pos(j,jp,A(i,j))",
+                                      "fuse(i,j,f),pos(f,fp,A(i,j)),split(fp,f0,f1,8),"
+                                      "parallelize(f0,CPUThread,Atomics)"])
+def test_pos_over_a_matrix_intersection(fb: str, schedule: str) -> None:
+    a, b = _dense((30, 40), 0.3, 4), _dense((30, 40), 0.4, 5)
+    k = coiter.compile("y(i) = A(i,j) * B(i,j)", {"A": "csr", "B": fb}, schedule=schedule)
+    got = k(A=coiter.Tensor.from_numpy(a, "csr"), B=coiter.Tensor.from_numpy(b, fb), threads=2)
+    np.testing.assert_allclose(got.to_numpy(), (a * b).sum(axis=1), rtol=1e-12, atol=1e-12)
+    # an operand whose level repeats coordinates cannot be searched: refused, not wrong
+    coo = coiter.compile("y(i) = A(i,j) * B(i,j)", {"A": "csr", "B": "coo"}, schedule="fuse(i,j,f),pos(f,fp,A(i,j))")
+    with pytest.raises(ScheduleError, match="cannot be reached by coordinate"):
+        coo(A=coiter.Tensor.from_numpy(a, "csr"), B=coiter.Tensor.from_numpy(b, "coo"))

@@ -351,9 +351,17 @@ class DerivedLoops:
 
     def _derived_body(self, body: Stmt, scope) -> list[IRStmt]:
         """The loop body once derived variables are bound: locate operands and results at
-        the recovered coordinates, refusing operands that would have to be walked."""
+        the recovered coordinates (an ordered operand level that cannot locate by binary
+        search), refusing operands that would have to be walked."""
         accs = self._accesses_of(body)
-        located, stmts = self.resolve(scope, accs, self._lhs_of(body))
+        lhs = self._lhs_of(body)
+        located, stmts = self.resolve(scope, accs, lhs)
+        while True:
+            located, searched = self._search_locate(located, accs)
+            if not searched:
+                break
+            located, more = self.resolve(located, accs, lhs)  # the levels below that locate
+            stmts += searched + more
         for a in accs:
             decl = self.decls[a.tensor]
             k = self.resolved_depth(located, a)
@@ -366,6 +374,39 @@ class DerivedLoops:
                     "a derived loop binds by coordinate, but it cannot be reached by coordinate "
                     "(apply pos to that operand, or keep its loop in coordinate space)")
         return stmts + self._guarded(body, located, [], {}, self._may_miss(body, located))
+
+    def _search_locate(self, scope, accs) -> tuple[object, list[IRStmt]]:
+        """Locate, by binary search in its parent's segment, each operand level whose
+        coordinate a derived loop bound but that has no locate (a compressed level beside
+        the operand ``pos`` walks, ``pos(i,ip,a(i))`` of ``a(i) * b(i)``; the pieces of a
+        split co-iterated loop): the position holding the coordinate, or -1 when none does,
+        which the body's guards treat as an absent entry. Returns the new scope and the
+        searches (none when no level qualifies)."""
+        new: list = []
+        out: list[IRStmt] = []
+        for a in accs:
+            decl = self.decls[a.tensor]
+            k = self.resolved_depth(scope, a)
+            if decl.role != "input" or k >= decl.order:
+                continue
+            level, names = decl.format.levels[k], self.names(a.tensor, k)
+            v = self.level_var(a, k)
+            parent = scope.pos.get((a, k - 1), ParentPos(Const(0)))
+            if v not in scope.coords or level.has_locate or parent.hi is not None or \
+                    not cut_by_coordinate(level, names):
+                continue
+            anc = self._ancestors(scope, a, k)
+            at, q = self._unique(f"p{names.tensor}{names.k}_at"), self._unique(f"p{names.tensor}{names.k}")
+            begin, end = level.pos_bounds(names, ParentPos(parent.lo), anc)
+            coord = scope.coords[v]
+            search = self.lower_bound(q, level, names, anc, begin, end, coord)
+            search.append(If(conj([lt(Var(q), end), Bin("==", level.pos_access(names, Var(q), anc), coord)]),
+                             block(IRAssign(Var(at), Var(q)))))
+            out.append(Decl("int64_t", at, Const(-1)))
+            # below a position that may be missing (-1), its segment is not read
+            out += [If(Bin(">=", parent.lo, Const(0)), block(*search))] if parent.may_fail else search
+            new.append(((a, k), ParentPos(Var(at), may_fail=True)))
+        return (scope.with_pos(new) if new else scope), out
 
     def _window_bounds(self, it, begin: IRExpr, end: IRExpr, scope, out: list[IRStmt]) -> tuple[IRExpr, IRExpr]:
         """Narrow iterator ``it``'s range to the coordinates of the current window."""
