@@ -650,3 +650,27 @@ def test_pos_over_a_matrix_intersection(fb: str, schedule: str) -> None:
     coo = coiter.compile("y(i) = A(i,j) * B(i,j)", {"A": "csr", "B": "coo"}, schedule="fuse(i,j,f),pos(f,fp,A(i,j))")
     with pytest.raises(ScheduleError, match="cannot be reached by coordinate"):
         coo(A=coiter.Tensor.from_numpy(a, "csr"), B=coiter.Tensor.from_numpy(b, "coo"))
+
+
+@pytest.mark.parametrize("fmt", ["ddd", "dss", "sss"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fuse_of_a_fused_variable(fmt: str, threads: int) -> None:
+    b, c = _tensor3((5, 6, 7), 0.3, 8), np.random.default_rng(9).random(7)
+    B = coiter.Tensor.from_numpy(b, fmt)
+    for schedule in ("fuse(i,j,f),fuse(f,k,g)",
+                     "fuse(i,j,f),fuse(f,k,g),split(g,g0,g1,8),parallelize(g0,CPUThread,Atomics)"):
+        k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", {"B": fmt}, schedule=schedule)
+        np.testing.assert_allclose(k(B=B, c=c, threads=threads).to_numpy(),
+                                   np.einsum("ijk,k->ij", b, c), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tiled_dot_product_precomputes_both_factors(threads: int) -> None:
+    """TACO's tile_dotProduct: bound, split, and a dense workspace per factor of the tile."""
+    a, b = _dense((320,), 0.3, 10), _dense((320,), 0.4, 11)
+    schedule = ("bound(i,ib,320,MaxExact),split(ib,i0,i1,32),precompute(a(i),i1,i1,wa),"
+                "precompute(b(i),i1,i1,wb)")
+    k = coiter.compile("x = a(i) * b(i)", {"a": "s", "b": "s"}, schedule=schedule)
+    assert "where(where(forall(i1, t0() += wa(i1) * wb(i1))" in str(k.concrete)
+    got = k(a=coiter.Tensor.from_numpy(a, "s"), b=coiter.Tensor.from_numpy(b, "s"), threads=threads)
+    np.testing.assert_allclose(got.to_numpy(), a @ b, rtol=1e-12)

@@ -667,16 +667,19 @@ def _precompute_derived(prog: ConcreteProgram, cmd: Command, expr: Expr, v: Inde
                         vw: IndexVar, ws: Any) -> ConcreteProgram:
     """``expr`` over a derived loop ``v`` (a piece of positions, say) into a workspace indexed
     by ``v``'s values: the producer loop ``vw`` walks them again, recovering the same
-    coordinates (the GPU SpMV's per-thread registers). The loop over ``v`` must directly
-    hold one assignment with ``expr`` among its factors."""
+    coordinates (the GPU SpMV's per-thread registers). Exactly one loop over ``v`` must
+    directly hold an assignment with ``expr`` among its factors (after one precompute, the
+    producer's loop over ``v`` is another: TACO's tile_dotProduct precomputes both factors)."""
     if not isinstance(ws, str) or not _NAME.match(ws) or ws in prog.tensors:
         raise ScheduleError(f"{cmd}: the workspace needs a new tensor name, got {ws!r}")
-    loops = [s for s in walk_stmts(prog.stmt) if isinstance(s, Forall) and s.var == v]
-    target = loops[0].body if len(loops) == 1 else None
-    if not isinstance(target, Assign) or \
-            Counter(str(f) for f in factors(expr)) - Counter(str(f) for f in factors(target.rhs)):
+    wanted = Counter(str(f) for f in factors(expr))
+    loops = [s for s in walk_stmts(prog.stmt) if isinstance(s, Forall) and s.var == v
+             and isinstance(s.body, Assign) and not wanted - Counter(str(f) for f in factors(s.body.rhs))]
+    if len(loops) != 1:
         raise ScheduleError(f"{cmd}: the loop over the derived variable {v} must directly hold one "
                             f"assignment with the factors of {expr}")
+    target = loops[0].body
+    assert isinstance(target, Assign)
     rest = list(factors(target.rhs))
     for f in factors(expr):
         rest.remove(next(x for x in rest if str(x) == str(f)))

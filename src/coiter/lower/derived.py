@@ -264,15 +264,20 @@ class DerivedLoops:
         raise TypeError(type(rel).__name__)
 
     def _unfuse(self, rel: Fuse, v: IndexVar, scope, out: list[IRStmt]):
-        """Coordinates of a fused variable: ``outer = f / |inner|``, ``inner = f % |inner|``."""
+        """Coordinates of a fused variable: ``outer = f / |inner|``, ``inner = f % |inner|``,
+        and so on down a fused variable fused again (``fuse(i,j,f),fuse(f,k,g)``)."""
         (lo_o, _), (lo_i, hi_i) = self.range_of(rel.outer, scope), self.range_of(rel.inner, scope)
         n = _sub(hi_i, lo_i)
         f = scope.coords[v]
         for u, value in ((rel.outer, add(lo_o, Bin("/", f, n))), (rel.inner, add(lo_i, Bin("%", f, n)))):
-            if self.prov.defining(u) is not None:
-                raise ScheduleError(f"{rel}: fusing derived variables in coordinate space is not supported")
+            below = self.prov.defining(u)
+            if below is not None and not isinstance(below, Fuse):
+                raise ScheduleError(f"{rel}: fusing split or position variables in coordinate space "
+                                    "is not supported")
             out.append(Decl("int64_t", self.var(u), value))
             scope = scope.with_coord(u, Var(self.var(u)))
+            if below is not None:
+                scope, out = self._unfuse(below, u, scope, out)
         return scope, out
 
     def _from_position(self, rel: Pos, pvar: IndexVar, scope, before: list[IRStmt],
