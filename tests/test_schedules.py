@@ -527,7 +527,8 @@ def _commands(draw, prog):
     loops = [s.var.name for s in _walk_loops(prog.stmt)]
     v = draw(st.sampled_from(loops))
     n = len(prog.commands)
-    kind = draw(st.sampled_from(["split", "divide", "reorder", "fuse", "pos", "unroll", "parallelize"]))
+    kind = draw(st.sampled_from(["split", "divide", "reorder", "fuse", "pos", "unroll", "mergeby",
+                                 "parallelize"]))
     if kind in ("split", "divide"):
         return kind, (v, f"{v}o{n}", f"{v}n{n}", draw(st.integers(1, 9)))
     if kind == "reorder":
@@ -539,6 +540,8 @@ def _commands(draw, prog):
         return kind, (v, f"{v}p{n}", draw(st.sampled_from(accs)))
     if kind == "unroll":
         return kind, (v, draw(st.integers(1, 4)))
+    if kind == "mergeby":
+        return kind, (v, draw(st.sampled_from(["TwoFinger", "Gallop"])))
     return kind, (v, draw(st.sampled_from(UNITS)), draw(st.sampled_from(RACES)))
 
 
@@ -674,3 +677,35 @@ def test_tiled_dot_product_precomputes_both_factors(threads: int) -> None:
     assert "where(where(forall(i1, t0() += wa(i1) * wb(i1))" in str(k.concrete)
     got = k(a=coiter.Tensor.from_numpy(a, "s"), b=coiter.Tensor.from_numpy(b, "s"), threads=threads)
     np.testing.assert_allclose(got.to_numpy(), a @ b, rtol=1e-12)
+
+
+GALLOPS = [  # expression, formats, reference from the operands a, b, c (arrays)
+    ("x = a(i) * b(i)", {"a": "s", "b": "s"}, lambda a, b, c: a @ b),
+    ("y(i) = a(i) * b(i)", {"a": "s", "b": "s", "y": "s"}, lambda a, b, c: a * b),
+    ("x = a(i) * b(i) * c(i)", {"a": "s", "b": "s", "c": "s"}, lambda a, b, c: (a * b * c).sum()),
+    ("y(i) = a(i) * b(i) + c(i)", {"a": "s", "b": "s", "c": "s"}, lambda a, b, c: a * b + c),  # a union
+]
+
+
+@pytest.mark.parametrize("expr,formats,ref", GALLOPS)
+@pytest.mark.parametrize("density", [0.002, 0.3])
+def test_mergeby_gallop(expr, formats, ref, density) -> None:
+    a, b, c = _dense((3000,), density, 12), _dense((3000,), 0.5, 13), _dense((3000,), 0.2, 14)
+    ops = {n: coiter.Tensor.from_numpy(x, "s") for n, x in zip("abc", (a, b, c)) if f"{n}(i)" in expr}
+    k = coiter.compile(expr, formats, schedule="mergeby(i,Gallop)")
+    assert "Gallop" in str(k.concrete)
+    np.testing.assert_allclose(k(**ops).to_numpy(), ref(a, b, c), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mergeby_gallop_in_rows_of_a_matrix(threads: int) -> None:
+    a, b = _dense((60, 500), 0.01, 15), _dense((60, 500), 0.6, 16)
+    k = coiter.compile("y(i) = A(i,j) * B(i,j)", {"A": "csr", "B": "csr"},
+                       schedule="mergeby(j,Gallop),parallelize(i,CPUThread,NoRaces)")
+    got = k(A=coiter.Tensor.from_numpy(a, "csr"), B=coiter.Tensor.from_numpy(b, "csr"), threads=threads)
+    np.testing.assert_allclose(got.to_numpy(), (a * b).sum(axis=1), rtol=1e-12, atol=1e-12)
+    prog = coiter.compile("y(i) = A(i,j) * B(i,j)", {"A": "csr", "B": "csr"}).concrete
+    assert str(prog.mergeby("j", "Gallop").commands[-1]) == "mergeby(j,Gallop)"
+    assert parse_commands("mergeby(j,Gallop)") == prog.mergeby("j", "Gallop").commands
+    with pytest.raises(ScheduleError, match="merge strategy must be one of TwoFinger, Gallop"):
+        prog.mergeby("j", "Leapfrog")

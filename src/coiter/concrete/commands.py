@@ -10,7 +10,7 @@ from ..notation.ast import IndexVar
 
 # the commands the scheduling language knows (coiter.concrete.schedule implements them)
 NAMES = ("reorder", "split", "divide", "fuse", "pos", "coord", "precompute", "bound", "unroll",
-         "parallelize")
+         "mergeby", "parallelize")
 
 
 @dataclass(frozen=True)

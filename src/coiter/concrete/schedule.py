@@ -33,14 +33,14 @@ from .stmt import (
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 # commands that may follow a parallelize (the others assume serial loops)
-_AFTER_PARALLEL = ("parallelize", "unroll")
+_AFTER_PARALLEL = ("parallelize", "unroll", "mergeby")
 
 
 def apply(prog: ConcreteProgram, cmd: Command) -> ConcreteProgram:
     """``prog`` transformed by ``cmd`` (preconditions checked)."""
     if any(c.name == "parallelize" for c in prog.commands) and cmd.name not in _AFTER_PARALLEL:
         raise ScheduleError(f"{cmd}: no transformation may follow parallelize except another "
-                            "parallelize or unroll (they assume serial loops); apply it last")
+                            "parallelize, unroll or mergeby (they assume serial loops); apply it last")
     try:
         new = TRANSFORMS[cmd.name](prog, cmd, *cmd.args)
     except TypeError as e:  # wrong number of arguments
@@ -426,6 +426,16 @@ def _unroll(prog: ConcreteProgram, cmd: Command, i: Any, factor: Any) -> Concret
     return _with(prog, _map_loops(prog.stmt, v, lambda f: replace(f, unroll=n)))
 
 
+MERGE_STRATEGIES = ("TwoFinger", "Gallop")
+
+
+def _mergeby(prog: ConcreteProgram, cmd: Command, i: Any, strategy: Any) -> ConcreteProgram:
+    v = _loop(prog, cmd, i)
+    if strategy not in MERGE_STRATEGIES:
+        raise ScheduleError(f"{cmd}: the merge strategy must be one of {', '.join(MERGE_STRATEGIES)}")
+    return _with(prog, _map_loops(prog.stmt, v, lambda f: replace(f, merge=strategy)))
+
+
 _CHUNKING = re.compile(r"(static|dynamic)(,\s*[1-9][0-9]*)?\Z")
 
 
@@ -731,5 +741,5 @@ def _replace_at(s: Stmt, old: Stmt, new: Stmt) -> Stmt:
 TRANSFORMS: dict[str, Callable[..., ConcreteProgram]] = {
     "reorder": _reorder, "split": _split, "divide": _divide, "fuse": _fuse, "pos": _pos,
     "coord": _coord, "precompute": _precompute, "bound": _bound, "unroll": _unroll,
-    "parallelize": _parallelize,
+    "mergeby": _mergeby, "parallelize": _parallelize,
 }

@@ -39,7 +39,9 @@ RACE_STRATEGIES = ("IgnoreRaces", "NoRaces", "Atomics", "Temporary", "ParallelRe
 class Forall(Stmt):
     """``forall(var, body)``, tagged by the schedule with how the loop runs: its parallel
     unit and output race strategy, OpenMP chunking (``"static"``, ``"dynamic,16"``; empty
-    for the default) and an unroll factor (0: none)."""
+    for the default), an unroll factor (0: none) and how it merges sparse operands whose
+    coordinates must all match (``"TwoFinger"``: step by one; ``"Gallop"``: the lagging
+    ones jump ahead by exponential search, TACO's ``mergeby``)."""
 
     var: IndexVar
     body: Stmt
@@ -47,6 +49,7 @@ class Forall(Stmt):
     race: str = "IgnoreRaces"
     chunking: str = ""
     unroll: int = 0
+    merge: str = "TwoFinger"
 
     def __str__(self) -> str:
         tags = ""
@@ -54,6 +57,8 @@ class Forall(Stmt):
             tags += f", {self.unit}, {self.race}" + (f", {self.chunking}" if self.chunking else "")
         if self.unroll:
             tags += f", unroll {self.unroll}"
+        if self.merge != "TwoFinger":
+            tags += f", {self.merge}"
         return f"forall({self.var}, {self.body}{tags})"
 
 
@@ -204,6 +209,13 @@ class ConcreteProgram:
     def unroll(self, i: Any, factor: int) -> ConcreteProgram:
         """Ask the C compiler to unroll loop ``i`` by ``factor``."""
         return self._apply("unroll", i, factor)
+
+    def mergeby(self, i: Any, strategy: str) -> ConcreteProgram:
+        """How loop ``i`` merges sparse operands that must all hold a coordinate (an
+        intersection): ``"TwoFinger"`` steps each by one, ``"Gallop"`` lets the lagging ones
+        jump to the leader's coordinate by exponential search (fast when one operand is
+        much sparser than the other)."""
+        return self._apply("mergeby", i, strategy)
 
     def parallelize(self, i: Any, unit: str, race: str, chunking: str = "") -> ConcreteProgram:
         """Run loop ``i`` on ``unit`` (CPUThread, CPUVector...) handling output races with
