@@ -21,6 +21,7 @@ from .formats.torch_interop import from_torch, to_torch
 from .notation.ast import Assignment, IndexVar
 from .notation.dsl import index_vars
 from .notation.parser import parse
+from .notation.operators import Operator, define
 from .notation.reducers import reduce
 from .plots import spy
 from .kernel import Kernel
@@ -29,7 +30,7 @@ from .tensor import Tensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "reduce", "spy",
+    "reduce", "spy", "define", "Operator",
     "compile", "evaluate", "einsum", "einsum_path", "default_result_format", "parse", "Kernel", "Tensor",
     "index_vars", "IndexVar", "Assignment", "read", "write", "from_pydata", "to_pydata", "from_torch", "to_torch", "Format", "Level", "LevelNames",
     "ParentPos", "Packed", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed",

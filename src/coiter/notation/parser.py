@@ -15,13 +15,14 @@ Grammar (whitespace is allowed between any two tokens)::
     unary      := ('-' | '+' | '!') unary | primary
     primary    := reduction | call | access | NUMBER | '(' expr ')'
     reduction  := REDUCER '(' NAME ',' expr ')'
-    call       := FUNCTION '(' expr (',' expr)* ')'
+    call       := (FUNCTION | OPERATOR) '(' expr (',' expr)* ')'
 
 A bare ``NAME`` is an order-0 (scalar) tensor access, unless an access in the assignment
 (the result's too) has an index variable of that name: then it is the variable's
 coordinate, an int64 value (``a(i,j) = b(i,j) * (i*4 + j)``). ``FUNCTION`` is the name of an
 intrinsic (``sqrt``, ``max``..., :mod:`coiter.notation.functions`) followed by ``(``: those
-names are reserved for calls (a scalar tensor may still be called ``max``). ``REDUCER`` is
+names are reserved for calls (a scalar tensor may still be called ``max``); ``OPERATOR`` is
+the name of an operator :func:`coiter.define` made, whose body replaces the call. ``REDUCER`` is
 ``sum``, ``prod``, ``min``, ``max``, ``any`` or ``all`` (:mod:`coiter.notation.reducers`):
 ``min(j, A(i,j) + x(j))`` reduces over ``j``, an index variable the result does not have
 (``min(b(i), c(i))`` and ``min(i, b(i))`` with ``i`` a result index stay elementwise). Numbers are ints (``3``),
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from coiter.errors import ParseError
 from coiter.notation.ast import (
@@ -62,6 +63,7 @@ from coiter.notation.ast import (
 )
 
 from coiter.notation.functions import FUNCTIONS
+from coiter.notation.operators import OPERATORS
 from coiter.notation.reducers import REDUCERS
 
 __all__ = ["parse"]
@@ -254,6 +256,8 @@ class _Parser:
                 return self.reduction(self.advance())
         if token.kind == "name" and token.text in FUNCTIONS and self.tokens[self.pos + 1].is_op("("):
             return self.call(self.advance())
+        if token.kind == "name" and token.text in OPERATORS and self.ahead(1).is_op("("):
+            return self.user_call(self.advance())
         if token.kind == "name":
             return self.access(self.advance())[0]
         if token.kind == "number":
@@ -309,6 +313,21 @@ class _Parser:
             raise self.error(f"{name.text} takes {arity} argument{'s' if arity > 1 else ''}, "
                              f"got {len(args)}", name.column)
         return Call(name.text, tuple(args))
+
+    def user_call(self, name: _Token) -> Expr:
+        """Parse the arguments of a user-defined operator and expand its body over them."""
+        self.advance()  # the '('
+        args = [self.expr()]
+        while self.peek.is_op(","):
+            self.advance()
+            args.append(self.expr())
+        if not self.peek.is_op(")"):
+            raise self.expected(f"',' or ')' in the arguments of {name.text}")
+        self.advance()
+        op = OPERATORS[name.text]
+        if len(args) != len(op.params):
+            raise self.error(f"{name.text} takes {len(op.params)} argument(s), got {len(args)}", name.column)
+        return op.expand(args)
 
     def access(self, name: _Token, result: bool = False) -> tuple[Access, list[_Token]]:
         """Parse the optional index list after ``name``; also return the token starting
@@ -460,9 +479,12 @@ def parse(text: str) -> Assignment:
     return _Parser(text).assignment()
 
 
-def parse_expr(text: str) -> Expr:
-    """Parse an index-notation expression such as ``A(i,j) * x(j)`` (no assignment)."""
+def parse_expr(text: str, scalars: Iterable[str] = ()) -> Expr:
+    """Parse an index-notation expression such as ``A(i,j) * x(j)`` (no assignment).
+    ``scalars`` are names that stand for scalar operands and never for a variable to reduce
+    over (an operator's parameters: ``max(y, 0)`` is elementwise)."""
     p = _Parser(text)
+    p.result_names.update(scalars)
     e = p.expr()
     if p.peek.kind != "end":
         raise p.expected("an operator or end of input")
