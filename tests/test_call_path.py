@@ -469,3 +469,19 @@ def test_nn_layers_called_again_stay_in_c(monkeypatch) -> None:
     monkeypatch.setattr(coiter.kernel.Kernel, "_run", lambda *a, **k: pytest.fail("Python path taken"))
     np.testing.assert_allclose(coiter.nn.conv1d(coiter.Tensor.from_numpy(x, "dds"), w, padding=1,
                                                 threads=1).to_numpy(), expected)
+
+
+@needs_plan
+def test_given_extents_are_checked_on_the_c_path_too() -> None:
+    """A regression: the C path bound operands whose shape contradicted a given extent."""
+    k = coiter.compile("y(i) = A(i,j) * x(j)", {"A": "csr"}, extents={"j": 5})
+    a = np.arange(15.0).reshape(3, 5)
+    np.testing.assert_allclose(k(A=coiter.Tensor.from_numpy(a, "csr"), x=np.ones(5)).to_numpy(), a.sum(1))
+    assert k._plan is not None
+    with pytest.raises(coiter.ShapeError, match="index variable j has size 5 in extents but 6"):
+        k(A=coiter.Tensor.from_numpy(np.ones((3, 6)), "csr"), x=np.ones(6))
+    w = coiter.compile("y(i) = b(i(0,4)) * c(i)", {"b": "s"})
+    b = coiter.Tensor.from_numpy(np.arange(6.0), "s")
+    np.testing.assert_allclose(w(b=b, c=np.ones(4)).to_numpy(), np.arange(4.0))
+    with pytest.raises(coiter.ShapeError, match=r"size 4 in the window i\(0,4\)"):
+        w(b=b, c=np.ones(5))

@@ -137,6 +137,9 @@ def build_plan(core: StorageKernel, var: Variant, finisher: Callable[..., Any],
     if limit is not None:  # a larger row workspace is another choice: the Python path's
         mode, most = limit
         fixed += [rshape[mode], -2 - most]
+    # extents given at compile time (or by windows) that an operand's shape must match: a
+    # mismatch is the Python path's ShapeError
+    fixed += [x for v, extent in core.extents.items() if v in first for x in (first[v], extent)]
     itype = var.itypes[core.result]
     out_types = [np.dtype(rdecl.dtype) if k < 0 else np.dtype(itype) for k, _ in ir.out_arrays]
     # (operand, word of its positions in the last shared level, shared levels)
