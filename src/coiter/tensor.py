@@ -644,6 +644,8 @@ class Tensor:
         return self._lazy().T
 
     def transpose(self, axes: Any = None) -> Any:
+        """The modes permuted by ``axes`` (reversed when None), as NumPy's ``transpose``: a
+        lazy expression, computed with what it feeds (see :attr:`T`)."""
         return self._lazy().transpose(axes)
 
     def sum(self, axis: Any = None) -> Any:

@@ -54,6 +54,7 @@ class Operator:
         return self.expand([as_expr(a) for a in args])
 
     def expand(self, args: Sequence[Expr]) -> Expr:
+        """The body with the expressions ``args`` in place of the parameters."""
         if len(args) != len(self.params):
             raise ArgumentError(f"{self.name} takes {len(self.params)} argument(s), got {len(args)}")
         table = dict(zip(self.params, args))
