@@ -78,15 +78,10 @@ def test_min_plus_semiring_through_an_operator() -> None:
     W = coiter.Tensor.from_scipy(m.T.tocsr(), fill_value=np.inf)  # W(i,j): edge j -> i
     relax = coiter.compile("e(i) = min(d(i), min(j, t_edge(W(i,j), d(j))))", formats={"W": "csr"},
                            fill_values={"W": np.inf})
-    d = np.full(40, np.inf)
-    d[0] = 0.0
-    for _ in range(40):
-        nxt = relax(W=W, d=d).to_numpy()
-        if np.array_equal(nxt, d):
-            break
+    d = np.where(np.arange(40) == 0, 0.0, np.inf)
+    while not np.array_equal(nxt := relax(W=W, d=d).to_numpy(), d):  # until no distance shrinks
         d = nxt
-    expected = sp.csgraph.shortest_path(m, indices=0, directed=True)
-    np.testing.assert_allclose(d, expected)
+    np.testing.assert_allclose(d, sp.csgraph.shortest_path(m, indices=0, directed=True))
 
 
 def test_definitions_are_checked() -> None:

@@ -300,14 +300,7 @@ class _Parser:
 
     def call(self, name: _Token) -> Call:
         """Parse the argument list after an intrinsic's name."""
-        self.advance()  # the '('
-        args = [self.expr()]
-        while self.peek.is_op(","):
-            self.advance()
-            args.append(self.expr())
-        if not self.peek.is_op(")"):
-            raise self.expected(f"',' or ')' in the arguments of {name.text}")
-        self.advance()
+        args = self.arguments(name)
         arity = FUNCTIONS[name.text].arity
         if len(args) != arity:
             raise self.error(f"{name.text} takes {arity} argument{'s' if arity > 1 else ''}, "
@@ -316,6 +309,14 @@ class _Parser:
 
     def user_call(self, name: _Token) -> Expr:
         """Parse the arguments of a user-defined operator and expand its body over them."""
+        args = self.arguments(name)
+        op = OPERATORS[name.text]
+        if len(args) != len(op.params):
+            raise self.error(f"{name.text} takes {len(op.params)} argument(s), got {len(args)}", name.column)
+        return op.expand(args)
+
+    def arguments(self, name: _Token) -> list[Expr]:
+        """``'(' expr (',' expr)* ')'`` after the name of a function or operator."""
         self.advance()  # the '('
         args = [self.expr()]
         while self.peek.is_op(","):
@@ -324,10 +325,7 @@ class _Parser:
         if not self.peek.is_op(")"):
             raise self.expected(f"',' or ')' in the arguments of {name.text}")
         self.advance()
-        op = OPERATORS[name.text]
-        if len(args) != len(op.params):
-            raise self.error(f"{name.text} takes {len(op.params)} argument(s), got {len(args)}", name.column)
-        return op.expand(args)
+        return args
 
     def access(self, name: _Token, result: bool = False) -> tuple[Access, list[_Token]]:
         """Parse the optional index list after ``name``; also return the token starting
