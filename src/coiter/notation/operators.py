@@ -80,7 +80,8 @@ def define(signature: str, body: str, *, identity: Number | None = None,
     arithmetic, numbers and operators defined before). ``identity`` and ``annihilator``
     state properties of a binary operator; they are checked against the body
     (ArgumentError saying where one fails). Returns the operator, callable in Python
-    index notation; its name is callable in text expressions from then on."""
+    index notation; its name is callable in text expressions from then on, and reserved
+    for calls there as intrinsics' names are (``f(i)`` no longer reads a tensor ``f``)."""
     from .parser import parse_expr  # the parser reads operators: imported when defining
 
     m = _SIGNATURE.match(signature) if isinstance(signature, str) else None
