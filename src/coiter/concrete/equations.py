@@ -164,12 +164,9 @@ def solve_equations(equations: Sequence[Equation], operands: Sequence[Access], l
                             for w in sub.vars)]
         gathers = [(c, v) for c, v in free if v not in results] + in_order
         gathers.sort(key=lambda cv: abs(cv[0]) != 1)
-        if not scatter and not gathers and eq.diagonal is not None:
-            out.append(_diagonal(eq, operands, formats))
-            taken.update((eq.var, *sub.vars))
-            continue
-        if not scatter and not gathers and eq.window is not None:
-            out.append(_window(eq))
+        if not scatter and not gathers and (eq.diagonal is not None or eq.window is not None):
+            # walked in windows of one coordinate placed by the other loop
+            out.append(_diagonal(eq, operands, formats) if eq.diagonal is not None else _window(eq))
             taken.update((eq.var, *sub.vars))
             continue
         if not scatter and not gathers:

@@ -25,7 +25,7 @@ from ..notation.ast import (
     Access, Add, BinaryExpr, Call, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg, Reduction, Sub,
     accesses,
 )
-from ..notation.functions import function
+from ..notation.functions import ARITHMETIC, function
 from ..notation.reducers import reducer
 
 
@@ -115,9 +115,9 @@ _CALL_ABSORBS: dict[str, Callable[[Any, int], bool]] = {
     "or": lambda fill, side: bool(fill),
 }
 
-_BINARY: dict[type, tuple[Callable[[Any, Any], Any], Callable[[Any, int], bool]]] = {
-    Mul: (np.multiply, _mul_absorbs), Div: (np.true_divide, _div_absorbs),
-    Add: (np.add, _add_absorbs), Sub: (np.subtract, _add_absorbs),
+# which fills absorb each arithmetic node (its ufunc is functions.ARITHMETIC's)
+_ABSORBS: dict[type, Callable[[Any, int], bool]] = {
+    Mul: _mul_absorbs, Div: _div_absorbs, Add: _add_absorbs, Sub: _add_absorbs,
 }
 
 
@@ -136,8 +136,8 @@ def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[
         points, fill = _build(e.body, iter_of, fill_of)
         return points, None if fill is None else reduced_fill(e.op, fill)
     if isinstance(e, BinaryExpr):
-        op, absorbing = _BINARY[type(e)]
-        return _binary(op, _build(e.a, iter_of, fill_of), _build(e.b, iter_of, fill_of), absorbing)
+        return _binary(ARITHMETIC[type(e)], _build(e.a, iter_of, fill_of), _build(e.b, iter_of, fill_of),
+                       _ABSORBS[type(e)])
     if isinstance(e, Call):  # where any argument is, unless a fill absorbs (max with inf)
         f = function(e.fn)
         args = [_build(arg, iter_of, fill_of) for arg in e.args]

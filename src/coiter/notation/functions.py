@@ -88,13 +88,16 @@ def _table() -> dict[str, Function]:
 
 FUNCTIONS: dict[str, Function] = _table()
 
+# the NumPy ufunc of each arithmetic node
+ARITHMETIC: dict[type, np.ufunc] = {Add: np.add, Sub: np.subtract, Mul: np.multiply, Div: np.true_divide}
+
 
 def ufunc_expr(ufunc: np.ufunc, args: list[Expr]) -> Expr:
     """The expression NumPy's ``ufunc`` of ``args`` stands for (ArgumentError when coiter
     has no such function)."""
-    arithmetic = {np.add: Add, np.subtract: Sub, np.multiply: Mul, np.true_divide: Div}
-    if ufunc in arithmetic:
-        return arithmetic[ufunc](*args)
+    node = next((t for t, u in ARITHMETIC.items() if u is ufunc), None)
+    if node is not None:
+        return node(*args)
     if ufunc is np.negative:
         return Neg(args[0])
     name = next((f.name for f in FUNCTIONS.values() if f.ufunc is ufunc), None)

@@ -25,7 +25,7 @@ from ..errors import ArgumentError
 from .ast import (
     Access, BinaryExpr, Call, Expr, Literal, Neg, Number, as_expr, children, map_accesses, walk,
 )
-from .functions import FUNCTIONS, function
+from .functions import ARITHMETIC, FUNCTIONS, function
 from .reducers import REDUCERS
 
 __all__ = ["Operator", "define", "OPERATORS"]
@@ -137,7 +137,7 @@ def _evaluate(e: Expr, table: dict[str, Any]) -> Any:
         return -_evaluate(e.operand, table)
     if isinstance(e, BinaryExpr):
         a, b = (_evaluate(c, table) for c in children(e))
-        return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide}[e.symbol](a, b)
+        return ARITHMETIC[type(e)](a, b)
     if isinstance(e, Call):
         return function(e.fn)(*(_evaluate(a, table) for a in e.args))
     raise TypeError(type(e).__name__)
