@@ -1372,17 +1372,16 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                           eq(level.pos_access(names, Var(send), ancestors), Var(cname))]),
                     block(IRAssign(Var(send), Const(1), "+="))))
                 nxt[it], seg[it] = Var(send), Var(send)
-        if merged and not full:
-            out.append(Decl("int64_t", vname, Min(tuple(coord[it] for it in its))))
-        vexpr = Var(vname)
-
         # a merge whose iterators each step by one advances them inside the cases: an
         # increment by a comparison's result makes the next coordinate load wait for this
         # one (a dependency chain of ~10 cycles per entry; SpAdd3 ran 1.1-1.5x slower)
         stepped = merged and not full and advance and all(seg[it] is None and it.slice is None for it in its)
         points = lattice.sub_points(point)
         if stepped and v in self.gallop and len(points) == 1 and len(its) > 1:
-            return out[:-1] + self._gallop(body, scope, v, lattice, point, bottoms, its, coord)
+            return out + self._gallop(body, scope, v, lattice, point, bottoms, its, coord)
+        if merged and not full:
+            out.append(Decl("int64_t", vname, Min(tuple(coord[it] for it in its))))
+        vexpr = Var(vname)
         cases = {q: block(self._case(body, scope, v, vexpr, lattice, q, {it: (coord[it], seg[it]) for it in q},
                                      bottoms)) for q in points}
         if stepped and len(its) <= CASE_TREE_ITERATORS:
