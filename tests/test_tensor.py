@@ -680,3 +680,27 @@ def test_scipy_structure_checked_once_per_matrix(monkeypatch) -> None:
     A.data = A.data[:-1]
     with pytest.raises(coiter.FormatError, match="values for"):
         k(A=A, x=x)
+
+
+def test_pickled_tensor_does_not_carry_this_process_addresses() -> None:
+    """Regression: Storage cached the addresses of its arrays (and a process-local signature
+    id) and pickled them, so a Tensor a kernel had read, unpickled in another process (a Dask
+    worker), handed kernels the old process's pointers and crashed it."""
+    import pickle
+    import subprocess
+    import sys
+
+    a = sp.random_array((30, 20), density=0.2, random_state=4, format="csr")
+    x = np.arange(20.0)
+    A = Tensor.from_scipy(a)
+    np.testing.assert_allclose(coiter.evaluate("y(i) = A(i,j) * x(j)", A=A, x=x).to_numpy(), a @ x)
+    copy = pickle.loads(pickle.dumps(A))
+    assert copy.storage.addresses[(-1, "vals")] == copy.storage.vals.ctypes.data
+    script = ("import pickle, sys, numpy as np, coiter\n"
+              "coiter.evaluate('z(i) = B(i) * 2', B=np.ones(3))  # other signatures first\n"
+              "A = pickle.loads(sys.stdin.buffer.read())\n"
+              "y = coiter.evaluate('y(i) = A(i,j) * x(j)', A=A, x=np.arange(20.0))\n"
+              "sys.stdout.write(repr(y.to_numpy().tolist()))\n")
+    out = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(A),
+                         capture_output=True, check=True)
+    np.testing.assert_allclose(eval(out.stdout.decode()), a @ x)

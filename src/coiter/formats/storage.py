@@ -8,7 +8,7 @@ fits, int64 otherwise); ``vals`` holds one value per position of the last level.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any
 
@@ -82,6 +82,11 @@ class Storage:
     # the value of every entry the levels do not store (pydata/sparse's fill_value): 0 for
     # SciPy's matrices, inf for a graph whose absent edges are infinitely long
     fill: Any = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Only the fields: the cached properties hold this process's array addresses and
+        # signature ids, which mean nothing in the process that unpickles (a Dask worker).
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @property
     def index_dtype(self) -> np.dtype:
