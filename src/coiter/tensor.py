@@ -27,6 +27,7 @@ from .errors import ArgumentError, DTypeError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, csr_unordered, dia
 from .formats.levels import Compressed, Dense
 from .formats.storage import Storage, check_fill
+from .formats.slicing import slice_storage
 from .notation.affine import as_subscript
 from .notation.ast import Access, Affine, Assignment, IndexVar, Subscript, Window, accesses, as_expr
 
@@ -480,6 +481,11 @@ class Tensor:
         return self._storage.shape
 
     @property
+    def ndim(self) -> int:
+        """The order, under NumPy's name (what array libraries such as Dask read)."""
+        return self.order
+
+    @property
     def order(self) -> int:
         return len(self._storage.shape)
 
@@ -693,9 +699,16 @@ class Tensor:
             )
         return tuple(subs)
 
-    def __getitem__(self, idx: Any) -> Access:
+    def __getitem__(self, idx: Any) -> Any:
         """``A[i, j]``: an access for index notation (``A[()]`` for a scalar); subscripts
-        may be affine (``I[i + k]``, a convolution's input)."""
+        may be affine (``I[i + k]``, a convolution's input).
+
+        ``A[0:5]``, ``A[:, 3]``, ``A[..., ::2]``: integers, slices and ``...`` select entries
+        as NumPy's basic indexing does and give a new Tensor in the same format (a view of
+        the data for row ranges of formats whose first level is dense, such as CSR)."""
+        given = idx if isinstance(idx, tuple) else (idx,)
+        if given and all(isinstance(k, (int, np.integer, slice)) or k is Ellipsis for k in given):
+            return Tensor._wrap(slice_storage(self.storage, idx))
         return Access(self._name, self._index(idx, compound=True), source=self)
 
     def __setitem__(self, idx: IndexVar | tuple[IndexVar, ...], expr: Any) -> None:

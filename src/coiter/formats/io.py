@@ -32,7 +32,7 @@ FileKind = Literal["mtx", "tns", "rb", "npz"]
 _TNS_ROWS_PER_WRITE = 1 << 18  # bounds the text built in memory at once
 
 
-def _kind(path: PathLike) -> tuple[FileKind, bool]:
+def file_kind(path: PathLike) -> tuple[FileKind, bool]:
     """File type from the suffix, and whether the file is gzip'ed."""
     lower = os.fspath(path).lower()
     gz = lower.endswith(".gz")
@@ -46,7 +46,7 @@ def _kind(path: PathLike) -> tuple[FileKind, bool]:
                       ".tns or .rb, optionally .gz")
 
 
-def _open(path: PathLike, mode: Literal["rb", "wb"], gz: bool) -> IO[bytes]:
+def open_file(path: PathLike, mode: Literal["rb", "wb"], gz: bool) -> IO[bytes]:
     if gz:
         return gzip.open(path, mode, compresslevel=6)  # type: ignore[return-value]
     return open(path, mode)
@@ -55,11 +55,11 @@ def _open(path: PathLike, mode: Literal["rb", "wb"], gz: bool) -> IO[bytes]:
 def read(path: PathLike, format: FormatLike | None = None, name: str | None = None) -> Tensor:
     """Load a ``.mtx``/``.tns``/``.rb`` file (``.gz`` allowed) or coiter's ``.npz`` as a Tensor
     in ``format`` (a ``.npz`` file keeps its own format unless ``format`` asks for another)."""
-    kind, gz = _kind(path)
+    kind, gz = file_kind(path)
     if kind == "npz":
         t = load_npz(path, name)
         return t if format is None else t.asformat(as_format(format, t.order))
-    with _open(path, "rb", gz) as f:
+    with open_file(path, "rb", gz) as f:
         data = f.read()
     if kind == "mtx":
         return _read_mtx(data, os.fspath(path), format, name)
@@ -72,7 +72,7 @@ def read(path: PathLike, format: FormatLike | None = None, name: str | None = No
 def write(path: PathLike, tensor: Tensor, compressed: bool = False) -> None:
     """Save ``tensor`` as ``.mtx`` (matrices only) or ``.tns``, gzip'ed when ``path`` ends in
     ``.gz``; or as coiter's ``.npz`` in its own format (``compressed`` deflates it)."""
-    kind, gz = _kind(path)
+    kind, gz = file_kind(path)
     if kind == "npz":
         save_npz(path, tensor, compressed)
         return
@@ -80,13 +80,13 @@ def write(path: PathLike, tensor: Tensor, compressed: bool = False) -> None:
         raise FormatError(f"{os.fspath(path)!r}: .rb files are read, not written; write .mtx")
     if kind == "mtx":
         matrix = tensor.to_scipy()  # raises FormatError unless order 2, before the file is created
-        with _open(path, "wb", gz) as f:
+        with open_file(path, "wb", gz) as f:
             # "general" skips SciPy's symmetry detection, which costs a pass and changes the layout.
             scipy.io.mmwrite(f, matrix, symmetry="general")
         return
     if tensor.dtype.kind == "c":
         raise DTypeError(f"{tensor.name}: .tns files hold real values, not {tensor.dtype}")
-    with _open(path, "wb", gz) as f:
+    with open_file(path, "wb", gz) as f:
         _write_tns(f, tensor)
 
 

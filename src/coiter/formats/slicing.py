@@ -1,0 +1,169 @@
+"""Basic NumPy indexing of stored tensors (integers, slices, ``...``) and concatenation.
+
+``slice_storage`` is what ``Tensor[0:5, :]`` and ``Tensor[3]`` do; ``concatenate`` joins
+tensors along one mode. Both keep the format where the result can have it. A range of the
+first mode of a format whose first level is dense (CSR, CSF over a dense first level, dense
+arrays) is sliced without copying the index or value arrays: only the next level's
+positions are rebased (``O(rows)``). Anything else goes through the coordinates
+(``O(nnz log nnz)``).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ArgumentError, FormatError, ShapeError
+from .format import Format, csf, dense
+from .levels.compressed import Compressed
+from .levels.dense import Dense
+from .storage import Storage
+
+# one mode's part of a key: an integer (the mode is dropped) or a (start, stop, step) range
+ModeKey = int | tuple[int, int, int]
+
+
+def normalize_key(key: Any, shape: tuple[int, ...]) -> tuple[ModeKey, ...]:
+    """One entry per mode for a key of integers, slices and at most one ``...``."""
+    given = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in given) > 1:
+        raise ArgumentError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in given:
+        at = given.index(Ellipsis)
+        fill = (slice(None),) * (len(shape) - len(given) + 1)
+        given = given[:at] + fill + given[at + 1:]
+    if len(given) > len(shape):
+        raise ShapeError(f"too many indices for a tensor of order {len(shape)}: {key!r}")
+    given = given + (slice(None),) * (len(shape) - len(given))
+    out: list[ModeKey] = []
+    for mode, (k, dim) in enumerate(zip(given, shape)):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(dim)
+            if step < 0:
+                raise ArgumentError(f"mode {mode}: slices with a negative step are not supported "
+                                    f"({k!r})")
+            out.append((start, max(start, stop), step))
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            if not -dim <= k < dim:
+                raise ShapeError(f"index {k} is out of bounds for mode {mode} of size {dim}")
+            out.append(int(k) % dim)
+        else:
+            raise ArgumentError(f"mode {mode}: tensors are indexed by integers, slices and '...' "
+                                f"(or by index variables in expressions), got {k!r}")
+    return tuple(out)
+
+
+def _extent(k: tuple[int, int, int]) -> int:
+    start, stop, step = k
+    return len(range(start, stop, step))
+
+
+def slice_storage(st: Storage, key: Any) -> Storage:
+    """The entries of ``st`` that ``key`` selects, renumbered from 0 (NumPy's basic indexing)."""
+    keys = normalize_key(key, st.shape)
+    rows = _leading_range(st, keys)
+    if rows is not None:
+        return _row_range(st, *rows)
+    kept = [m for m, k in enumerate(keys) if not isinstance(k, int)]
+    shape = tuple(_extent(keys[m]) for m in kept)  # type: ignore[arg-type]
+    fmt = _format_of_modes(st.format, kept)
+    if st.format.is_dense:
+        arr = st.vals.reshape(tuple(st.shape[m] for m in st.format.ordering))
+        arr = arr.transpose(np.argsort(st.format.ordering))
+        picked = arr[tuple(k if isinstance(k, int) else slice(*k) for k in keys)]
+        vals = np.ascontiguousarray(picked.transpose(fmt.ordering)).reshape(-1)
+        return Storage(fmt, shape, tuple({} for _ in shape), vals, st.fill)
+    coords, vals = st.to_coords()
+    mask = np.ones(vals.shape[0], dtype=bool)
+    for m, k in enumerate(keys):
+        c = coords[m]
+        if isinstance(k, int):
+            mask &= c == k
+        else:
+            start, stop, step = k
+            mask &= (c >= start) & (c < stop) & ((c - start) % step == 0)
+    picked = np.stack([(coords[m][mask] - keys[m][0]) // keys[m][2] for m in kept]) \
+        if kept else np.zeros((0, int(mask.sum())), dtype=np.int64)
+    return _repack(picked, vals[mask], shape, fmt, st.fill)
+
+
+def _leading_range(st: Storage, keys: tuple[ModeKey, ...]) -> tuple[int, int] | None:
+    """``(start, stop)`` when ``keys`` is a unit-step range of the first mode of a format
+    whose first level is dense over mode 0 and whose other levels are dense or compressed."""
+    fmt = st.format
+    first = keys[0] if keys else None
+    if fmt.layout is not None or not keys or fmt.ordering[0] != 0 or not isinstance(first, tuple):
+        return None
+    if first[2] != 1 or any(k != (0, d, 1) for k, d in zip(keys[1:], st.shape[1:])):
+        return None
+    if not isinstance(fmt.levels[0], Dense) or not all(
+            type(lv) in (Dense, Compressed) for lv in fmt.levels[1:]):
+        return None
+    return first[0], first[1]
+
+
+def _row_range(st: Storage, start: int, stop: int) -> Storage:
+    """Rows ``start:stop`` of a dense-first storage: views of every array but the rebased
+    positions of the compressed levels."""
+    lo, hi = start, stop
+    levels: list[dict[str, np.ndarray]] = [{}]
+    for level, arrays, dim in zip(st.format.levels[1:], st.levels[1:], st.level_dims[1:]):
+        if isinstance(level, Dense):
+            lo, hi = lo * dim, hi * dim
+            levels.append({})
+            continue
+        pos, crd = arrays["pos"], arrays["crd"]
+        first, last = int(pos[lo]), int(pos[hi])
+        levels.append({"pos": pos[lo:hi + 1] - pos.dtype.type(first), "crd": crd[first:last]})
+        lo, hi = first, last
+    shape = (stop - start,) + st.shape[1:]
+    return Storage(st.format, shape, tuple(levels), st.vals[lo:hi], st.fill)
+
+
+def _format_of_modes(fmt: Format, kept: Sequence[int]) -> Format:
+    """``fmt`` restricted to the modes ``kept`` (renumbered), or CSF / dense when the levels
+    left cannot form a format on their own (COO without its first level)."""
+    n = len(kept)
+    if len(kept) == fmt.order:
+        return fmt
+    if fmt.layout is None:
+        storage_modes = [m for m in fmt.ordering if m in kept]
+        levels = [fmt.levels[fmt.ordering.index(m)] for m in storage_modes]
+        try:
+            return Format(levels, [kept.index(m) for m in storage_modes])
+        except FormatError:
+            pass
+    return dense(n) if fmt.is_dense or n == 0 else csf(n)
+
+
+def concatenate(storages: Sequence[Storage], axis: int) -> Storage:
+    """The storages joined along mode ``axis``, in the first one's format."""
+    first = storages[0]
+    order = len(first.shape)
+    if not -order <= axis < order:
+        raise ShapeError(f"axis {axis} is out of range for tensors of order {order}")
+    axis %= order
+    for s in storages[1:]:
+        if len(s.shape) != order or any(a != b for m, (a, b) in enumerate(zip(s.shape, first.shape))
+                                        if m != axis):
+            raise ShapeError(f"cannot concatenate shapes {first.shape} and {s.shape} "
+                             f"along axis {axis}")
+    sizes = [s.shape[axis] for s in storages]
+    shape = first.shape[:axis] + (sum(sizes),) + first.shape[axis + 1:]
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    parts = [s.to_coords() for s in storages]
+    coords = np.concatenate([c for c, _ in parts], axis=1) if parts else np.zeros((order, 0))
+    coords[axis] += np.repeat(offsets, [c.shape[1] for c, _ in parts])
+    vals = np.concatenate([v for _, v in parts]).astype(
+        np.result_type(*(s.vals.dtype for s in storages)), copy=False)
+    return _repack(coords, vals, shape, first.format, first.fill)
+
+
+def _repack(coords: np.ndarray, vals: np.ndarray, shape: tuple[int, ...], fmt: Format,
+            fill: Any) -> Storage:
+    """Entries packed into ``fmt``, keeping their value type and the fill value."""
+    if not shape:  # a scalar: the one selected entry, or the fill value
+        total = vals[0] if vals.shape[0] else vals.dtype.type(fill)
+        return Storage(fmt, (), (), np.asarray([total], dtype=vals.dtype), fill)
+    out = Storage.from_coords(coords, vals, shape, fmt)
+    return Storage(out.format, out.shape, out.levels, out.vals.astype(vals.dtype, copy=False), fill)
