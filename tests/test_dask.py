@@ -205,8 +205,13 @@ def test_read_in_row_blocks(client: Client, tmp_path: os.PathLike) -> None:
     np.testing.assert_allclose(cd.spmv(cd.read(path, chunks=13), x).compute(), sym @ x)
 
 
-def test_errors_name_the_culprit(client: Client) -> None:
+def test_errors_name_the_culprit(client: Client, tmp_path: os.PathLike) -> None:
     A = cd.from_array(_matrix(40, 30, 0.2, 13), chunks=(10, -1))
+    path = os.path.join(tmp_path, "a.mtx")
+    scipy.io.mmwrite(path, _matrix(40, 30, 0.2, 13))
+    # regression: Dask's per-mode spelling reached normalize_chunks and raised its ValueError
+    with pytest.raises(ArgumentError, match=r"a\.mtx: chunks gives the rows per block .* 40"):
+        cd.read(path, chunks=(10, -1))
     with pytest.raises(ShapeError, match="index j has extent 30 in A but 29 in x"):
         cd.spmv(A, np.ones(29))
     with pytest.raises(ArgumentError, match="compound subscript"):

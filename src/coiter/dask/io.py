@@ -20,7 +20,7 @@ import dask.array as da
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
-from ..errors import FormatError
+from ..errors import ArgumentError, FormatError
 from ..formats.format import FormatLike, as_format, csf, csr
 from ..formats.io import PathLike, file_kind, open_file
 from ..formats.storage import Storage
@@ -71,8 +71,13 @@ def read(path: PathLike, chunks: Any = None, format: FormatLike | None = None,
     if chunks is None:
         entries = header.entries or BLOCK_ENTRIES
         chunks = max(1, math.ceil(header.shape[0] * BLOCK_ENTRIES / max(1, entries)))
-    rows = da.core.normalize_chunks((chunks,) + (-1,) * (order - 1), header.shape,
-                                    dtype=np.float64)
+    try:
+        rows = da.core.normalize_chunks((chunks,) + (-1,) * (order - 1), header.shape,
+                                        dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ArgumentError(f"{where}: chunks gives the rows per block (an int) or every "
+                            f"block's rows (a tuple adding up to {header.shape[0]}), got "
+                            f"{chunks!r}") from e
     name = f"coiter-read-{uuid.uuid4().hex}"
     graph = {}
     start = 0
