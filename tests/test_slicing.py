@@ -86,3 +86,14 @@ def test_slice_errors_name_the_culprit() -> None:
         T[::-1]
     with pytest.raises(ShapeError, match="cannot concatenate shapes"):
         concatenate([T.storage, T[:, 1:].storage], 0)
+
+
+@pytest.mark.parametrize("fmt", ["dss", "dds", "dsd", "ddd"])
+def test_row_blocks_of_dense_first_tensors_join_in_their_format(fmt: str) -> None:
+    T = Tensor.from_numpy(X, format=fmt)
+    pieces = [T[a:b].storage for a, b in [(0, 1), (1, 1), (1, 3)]]
+    whole = Tensor._wrap(concatenate(pieces, 0))
+    assert whole.format == T.format
+    _same(whole, X)
+    # the joined arrays are a valid operand: a kernel reads them
+    np.testing.assert_allclose(coiter.evaluate("s = W(i,j,k)", W=whole).to_numpy(), X.sum())

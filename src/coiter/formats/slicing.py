@@ -4,8 +4,9 @@
 tensors along one mode. Both keep the format where the result can have it. A range of the
 first mode of a format whose first level is dense (CSR, CSF over a dense first level, dense
 arrays) is sliced without copying the index or value arrays: only the next level's
-positions are rebased (``O(rows)``). Anything else goes through the coordinates
-(``O(nnz log nnz)``).
+positions are rebased (``O(rows)``); joining such row blocks appends their arrays
+(``O(nnz)``, how Dask's ``compute`` assembles a CSR result). Anything else goes through the
+coordinates (``O(nnz log nnz)``).
 """
 from __future__ import annotations
 
@@ -150,6 +151,8 @@ def concatenate(storages: Sequence[Storage], axis: int) -> Storage:
                              f"along axis {axis}")
     sizes = [s.shape[axis] for s in storages]
     shape = first.shape[:axis] + (sum(sizes),) + first.shape[axis + 1:]
+    if axis == 0 and _stacks_by_rows(first.format) and all(s.format == first.format for s in storages):
+        return _stack_rows(storages, shape)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     parts = [s.to_coords() for s in storages]
     coords = np.concatenate([c for c, _ in parts], axis=1) if parts else np.zeros((order, 0))
@@ -157,6 +160,43 @@ def concatenate(storages: Sequence[Storage], axis: int) -> Storage:
     vals = np.concatenate([v for _, v in parts]).astype(
         np.result_type(*(s.vals.dtype for s in storages)), copy=False)
     return _repack(coords, vals, shape, first.format, first.fill)
+
+
+def _stacks_by_rows(fmt: Format) -> bool:
+    """Whether row blocks of ``fmt`` join by appending their arrays: a dense first level over
+    mode 0 and dense or compressed levels below it."""
+    return (fmt.layout is None and fmt.order > 0 and fmt.ordering[0] == 0
+            and isinstance(fmt.levels[0], Dense)
+            and all(type(lv) in (Dense, Compressed) for lv in fmt.levels[1:]))
+
+
+def _stack_rows(storages: Sequence[Storage], shape: tuple[int, ...]) -> Storage:
+    """Row blocks of one dense-first format joined in ``O(nnz)``: each compressed level's
+    positions are appended shifted by the entries before them, everything else appended."""
+    fmt = storages[0].format
+    spans = [(0, s.shape[0]) for s in storages]  # each block's positions in the level above
+    levels: list[dict[str, np.ndarray]] = [{}]
+    for depth, (level, dim) in enumerate(zip(fmt.levels[1:], storages[0].level_dims[1:]), 1):
+        if isinstance(level, Dense):
+            spans = [(lo * dim, hi * dim) for lo, hi in spans]
+            levels.append({})
+            continue
+        pos_parts, crd_parts, new_spans, offset = [], [], [], 0
+        for s, (lo, hi) in zip(storages, spans):
+            pos = s.levels[depth]["pos"][lo:hi + 1].astype(np.int64)
+            first, last = int(pos[0]), int(pos[-1])
+            pos_parts.append((pos if not pos_parts else pos[1:]) - first + offset)
+            crd_parts.append(s.levels[depth]["crd"][first:last])
+            new_spans.append((first, last))
+            offset += last - first
+        levels.append({"pos": np.concatenate(pos_parts), "crd": np.concatenate(crd_parts)})
+        spans = new_spans
+    largest = max([*shape, *(int(lv["pos"][-1]) for lv in levels if lv)])
+    index = np.int32 if largest < 2**31 - 1 else np.int64  # one index width for all levels
+    levels = [{k: a.astype(index, copy=False) for k, a in lv.items()} for lv in levels]
+    vals = np.concatenate([s.vals[lo:hi] for s, (lo, hi) in zip(storages, spans)]).astype(
+        np.result_type(*(s.vals.dtype for s in storages)), copy=False)
+    return Storage(fmt, shape, tuple(levels), vals, storages[0].fill)
 
 
 def _repack(coords: np.ndarray, vals: np.ndarray, shape: tuple[int, ...], fmt: Format,
