@@ -212,6 +212,12 @@ def test_errors_name_the_culprit(client: Client, tmp_path: os.PathLike) -> None:
     # regression: Dask's per-mode spelling reached normalize_chunks and raised its ValueError
     with pytest.raises(ArgumentError, match=r"a\.mtx: chunks gives the rows per block .* 40"):
         cd.read(path, chunks=(10, -1))
+    # regression: a row past the declared shape fell in no block and was dropped silently
+    bad = os.path.join(tmp_path, "bad.mtx")
+    with open(bad, "w") as f:
+        f.write("%%MatrixMarket matrix coordinate real general\n4 4 2\n1 1 1.0\n5 2 3.0\n")
+    with pytest.raises(coiter.FormatError, match=r"bad\.mtx: a coordinate lies outside the shape \(4, 4\)"):
+        cd.read(bad, chunks=2).compute()
     with pytest.raises(ShapeError, match="index j has extent 30 in A but 29 in x"):
         cd.spmv(A, np.ones(29))
     with pytest.raises(ArgumentError, match="compound subscript"):

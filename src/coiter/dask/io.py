@@ -169,6 +169,9 @@ def _read_block(h: Header, start: int, stop: int, fmt: str) -> Tensor:
     values: list[np.ndarray] = []
     for table in _tables(h):
         crd = table[:, :order].astype(np.int64).T - 1
+        # every block checks every line, so that no bad line is dropped for being in no block
+        if crd.min() < 0 or np.any(crd.max(axis=1) >= np.asarray(h.shape)):
+            raise FormatError(f"{h.path}: a coordinate lies outside the shape {h.shape}")
         vals = _values(h, table, order)
         keep = (crd[0] >= start) & (crd[0] < stop)
         coords.append(crd[:, keep])
@@ -182,8 +185,6 @@ def _read_block(h: Header, start: int, stop: int, fmt: str) -> Tensor:
     v = np.concatenate(values) if values else np.zeros(0)
     c[0] -= start
     shape = (stop - start,) + h.shape[1:]
-    if c.size and (c.min() < 0 or np.any(c.max(axis=1) >= np.asarray(shape))):
-        raise FormatError(f"{h.path}: a coordinate lies outside the shape {h.shape}")
     return Tensor._wrap(Storage.from_coords(c, v, shape, as_format(fmt, order)))
 
 
