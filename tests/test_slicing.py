@@ -57,12 +57,19 @@ def test_tensor_slices_match_numpy(fmt: str, key: tuple) -> None:
     _same(Tensor.from_numpy(X, format=fmt)[key], X[key])
 
 
-def test_csr_row_range_shares_the_arrays() -> None:
-    T = Tensor.from_scipy(M)
-    rows = T[2:5]
+@pytest.mark.parametrize("T", [Tensor.from_scipy(M), Tensor.from_scipy(M, format=coiter.dcsr),
+                               Tensor.from_numpy(X, format="sss"), Tensor.from_numpy(X, format="dsd")],
+                         ids=["csr", "dcsr", "csf", "dsd"])
+def test_row_ranges_share_the_arrays_below_the_first_level(T: Tensor) -> None:
+    rows = T[1:3]
     assert rows.format == T.format
     assert np.shares_memory(rows.storage.vals, T.storage.vals)
-    assert np.shares_memory(rows.storage.levels[1]["crd"], T.storage.levels[1]["crd"])
+    deepest = max(d for d, arrays in enumerate(T.storage.levels) if "crd" in arrays)
+    assert deepest > 0
+    assert np.shares_memory(rows.storage.levels[deepest]["crd"], T.storage.levels[deepest]["crd"])
+    # the view is a valid operand: a kernel reads it
+    np.testing.assert_allclose(coiter.evaluate("s = W(i,j)" if T.order == 2 else "s = W(i,j,k)",
+                                               W=rows).to_numpy(), T.to_numpy()[1:3].sum())
 
 
 @pytest.mark.parametrize("fmt", [coiter.csr, coiter.dcsr, "dd", coiter.coo()], ids=str)

@@ -2,9 +2,10 @@
 
 ``slice_storage`` is what ``Tensor[0:5, :]`` and ``Tensor[3]`` do; ``concatenate`` joins
 tensors along one mode. Both keep the format where the result can have it. A range of the
-first mode of a format whose first level is dense (CSR, CSF over a dense first level, dense
-arrays) is sliced without copying the index or value arrays: only the next level's
-positions are rebased (``O(rows)``); joining such row blocks appends their arrays
+first mode of a format of dense and compressed levels (CSR, DCSR, CSF, dense arrays) is
+sliced without copying the value array or the coordinates below the first level: only the
+positions of the levels below are rebased (``O(rows)``; ``O(log nnz)`` more to find the
+range in a compressed first level); joining such row blocks appends their arrays
 (``O(nnz)``, how Dask's ``compute`` assembles a CSR result). Anything else goes through the
 coordinates (``O(nnz log nnz)``).
 """
@@ -90,24 +91,36 @@ def slice_storage(st: Storage, key: Any) -> Storage:
 
 def _leading_range(st: Storage, keys: tuple[ModeKey, ...]) -> tuple[int, int] | None:
     """``(start, stop)`` when ``keys`` is a unit-step range of the first mode of a format
-    whose first level is dense over mode 0 and whose other levels are dense or compressed."""
+    whose levels are dense or compressed, the first one over mode 0 (dense, or compressed
+    with ordered unique coordinates, as in DCSR and CSF)."""
     fmt = st.format
     first = keys[0] if keys else None
     if fmt.layout is not None or not keys or fmt.ordering[0] != 0 or not isinstance(first, tuple):
         return None
     if first[2] != 1 or any(k != (0, d, 1) for k, d in zip(keys[1:], st.shape[1:])):
         return None
-    if not isinstance(fmt.levels[0], Dense) or not all(
-            type(lv) in (Dense, Compressed) for lv in fmt.levels[1:]):
+    if not all(type(lv) in (Dense, Compressed) for lv in fmt.levels):
+        return None
+    top = fmt.levels[0]
+    if isinstance(top, Compressed) and not (top.ordered and top.unique):
         return None
     return first[0], first[1]
 
 
 def _row_range(st: Storage, start: int, stop: int) -> Storage:
-    """Rows ``start:stop`` of a dense-first storage: views of every array but the rebased
-    positions of the compressed levels."""
-    lo, hi = start, stop
-    levels: list[dict[str, np.ndarray]] = [{}]
+    """Rows ``start:stop``: views of the arrays below the first level, but for the rebased
+    positions of the compressed levels (and, when the first level is compressed, its
+    coordinates in the range, shifted)."""
+    levels: list[dict[str, np.ndarray]] = []
+    if isinstance(st.format.levels[0], Dense):
+        lo, hi = start, stop
+        levels.append({})
+    else:
+        crd = st.levels[0]["crd"][int(st.levels[0]["pos"][0]):int(st.levels[0]["pos"][1])]
+        lo, hi = (int(x) for x in np.searchsorted(crd, [start, stop]))
+        levels.append({"pos": np.asarray([0, hi - lo], dtype=crd.dtype),
+                       "crd": crd[lo:hi] - crd.dtype.type(start)})
+        lo, hi = lo + int(st.levels[0]["pos"][0]), hi + int(st.levels[0]["pos"][0])
     for level, arrays, dim in zip(st.format.levels[1:], st.levels[1:], st.level_dims[1:]):
         if isinstance(level, Dense):
             lo, hi = lo * dim, hi * dim
