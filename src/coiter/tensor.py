@@ -690,6 +690,7 @@ class Tensor:
                 what = "IndexVar, an affine sum of them (i + k, 2*i + k - 1) or a window " \
                     "(i[0:5])" if compound else "IndexVar"
                 raise ArgumentError(f"{self._name} is indexed by {what} (see coiter.index_vars), "
+                                    f"or by integers, slices and ... alone to select entries; "
                                     f"got {v!r}")
             subs.append(sub)
         if len(subs) != self.order:
