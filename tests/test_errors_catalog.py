@@ -71,6 +71,12 @@ CATALOG: list[tuple[str, Callable[[Path], Any], type, str]] = [
      ArgumentError, "logaddexp"),
     ("intrinsic without a version for the type",
      lambda t: coiter.evaluate("y(i) = max(z(i), 1)", z=X + 1j), DTypeError, "max of complex"),
+    ("index set reaching past its mode", lambda t: coiter.evaluate("y(i) = x(i({0,3}))", x=X),
+     ShapeError, "the index set i({0,3}) of x reaches coordinate 3"),
+    ("index set on the result", lambda t: coiter.compile("y(i({0,1})) = x(i)"), ArgumentError,
+     "the result y(i({0,1})) has the index set"),
+    ("empty index set (Python DSL)", lambda t: coiter.IndexVar("i")[[]], ArgumentError,
+     "the index set of i is empty"),
     # operands
     ("None operand", lambda t: coiter.evaluate(SCALE, x=None), ArgumentError, "operand x"),
     ("operand of an unknown type", lambda t: coiter.evaluate(SCALE, x={"a": 1}), ArgumentError, "operand x"),

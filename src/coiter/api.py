@@ -13,6 +13,7 @@ from .formats.format import Format, FormatLike, as_format, csf, csr, dense
 from .formats.storage import check_fill, fill_key
 from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
 from .notation.einsum import parse_einsum
+from .notation.index_sets import split_index_sets
 from .notation.parser import parse
 from .planning import EinsumPlan, Optimize, plan_einsum
 from .kernel import Kernel
@@ -148,20 +149,23 @@ def compile(
     "Fill values"). Operands must then come with those fills (``Tensor.with_fill``).
     """
     a, aliases = _prepare(_as_assignment(assignment))
+    a, gathers = split_index_sets(a)
     if formats is not None and not isinstance(formats, Mapping):
         raise ArgumentError(f"formats must map tensor names to formats, got {type(formats).__name__}")
     formats = dict(formats or {})
     orders = _orders(a)
     fmts: dict[str, Format] = {}
     for name, order in orders.items():
-        spec = formats.get(aliases.get(name, name))
+        # an operand gathered through an index set has the format of the one it reads
+        source = gathers[name].source if name in gathers else name
+        spec = formats.get(aliases.get(source, source))
         if name in aliases and spec is None:
             spec = formats.get(name)
         try:
             fmts[name] = as_format(spec, order)
         except FormatError as e:
             raise FormatError(f"format of {name}: {e}") from None
-    unknown = set(formats) - set(orders) - set(aliases.values())
+    unknown = set(formats) - set(orders) - set(aliases.values()) - {g.source for g in gathers.values()}
     if unknown:
         raise FormatError(f"formats given for tensors not in the expression: {sorted(unknown)}")
     commands = "auto" if schedule == "auto" else _commands(schedule)
@@ -185,10 +189,11 @@ def compile(
         raise ArgumentError(f"workspace_memory must be a number of bytes (a non-negative int), "
                             f"got {workspace_memory!r}")
     fills = _fills(fill_values, fmts, aliases)
+    fills.update({g: fills[x.source] for g, x in gathers.items() if x.source in fills})
     kernel = Kernel(StorageKernel(a, fmts, check_dtype(dtype or np.float64), aliases, commands, target,
                                   fast_math, workspace, workspace_memory, padding, extents,
                                   count_iterations, None if gather is None else tuple(gather),
-                                  fills))
+                                  fills), gathers)
     if kernel.schedule:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel
@@ -272,7 +277,8 @@ def _call_last(spelling: tuple, operands: dict[str, Any]) -> Tensor | None:
     """The result of the last kernel used for ``spelling`` through its C call plan, or None
     when that does not apply."""
     kernel = _last.get(spelling)
-    plan = kernel._plan if kernel is not None else None
+    # a kernel with index sets gathers its operands first (Kernel.__call__)
+    plan = kernel._plan if kernel is not None and not kernel.gathers else None
     if plan is None:
         return None
     out = plan(operands, None)

@@ -16,7 +16,9 @@ import scipy.sparse as sp
 from . import pictures
 from .concrete.stmt import ConcreteProgram
 from .errors import ArgumentError, ShapeError
+from .formats.slicing import gather_storage
 from .formats.storage import Storage
+from .notation.index_sets import Gather
 from .operands import as_tensor
 from .pictures import Dot
 from .runtime.callplan import Bound, build_plan, remember_extents
@@ -31,8 +33,10 @@ MAX_THREADS = 4096
 class Kernel:
     """A compiled tensor assignment; call it with operands by name."""
 
-    def __init__(self, core: StorageKernel) -> None:
+    def __init__(self, core: StorageKernel, gathers: Mapping[str, Gather] | None = None) -> None:
         self.core = core
+        # operands built from the given ones through index sets (coiter.notation.index_sets)
+        self.gathers: dict[str, Gather] = dict(gathers or {})
         self._plan: Any = None  # C call plan of the variant that ran last
         self._plans: dict[int, Bound | None] = {}  # per variant (id), None where there is none
 
@@ -79,6 +83,8 @@ class Kernel:
         By default it is ``OMP_NUM_THREADS`` (else every core), limited to one thread
         per 16384 stored values the call reads and writes, so that small calls run
         serially; pass an operand named ``threads`` through :meth:`run`."""
+        if self.gathers:
+            operands = self._gathered(operands)
         plan = self._plan
         if plan is not None:
             out = plan(operands, threads)
@@ -94,6 +100,8 @@ class Kernel:
             threads: int | None = None) -> Tensor:
         """Like calling the kernel, with the result's shape given (needed when no operand
         carries a result index, as in ``A(i,j) = 0``; checked against the operands otherwise)."""
+        if self.gathers:
+            operands = self._gathered(operands)
         plan = self._plan
         if plan is not None:
             # the plan sizes the result from the operands' shapes; a different shape given
@@ -106,11 +114,35 @@ class Kernel:
 
     def assemble(self, **operands: Any) -> Tensor:
         """Only the result's index structure (values zero)."""
-        return self._run("assemble", operands)
+        return self._run("assemble", self._gathered(operands))
 
     def compute(self, pattern: Any, **operands: Any) -> Tensor:
         """Values into the index structure of ``pattern`` (from :meth:`assemble`)."""
-        return self._run("compute", operands, pattern)
+        return self._run("compute", self._gathered(operands), pattern)
+
+    def _gathered(self, operands: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``operands`` with those read through index sets replaced by the gathered tensors
+        the compiled loops read (the given ones are left as they are)."""
+        if not self.gathers:
+            return operands
+        core = self.core
+        out = dict(operands)
+        for name, g in self.gathers.items():
+            keyword = core.keyword(g.source)
+            if keyword not in operands:
+                continue  # _run reports the missing operand
+            t = as_tensor(operands[keyword], core.formats.get(name), name=keyword)
+            if t.order != core.orders[name]:
+                raise ShapeError(f"operand {keyword} has order {t.order}, "
+                                 f"the expression uses {core.orders[name]}")
+            storage = t.storage
+            for mode, index_set in g.sets:
+                try:
+                    storage = gather_storage(storage, mode, index_set.coords)
+                except ShapeError as e:
+                    raise ShapeError(f"the index set {index_set} of {keyword} {e}") from None
+            out[core.keyword(name)] = Tensor._wrap(storage, name=name)
+        return out
 
     def _run(self, mode: str, operands: Mapping[str, Any], pattern: Any = None,
              result_shape: tuple[int, ...] | None = None, threads: int | None = None) -> Tensor:

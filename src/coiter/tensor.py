@@ -29,7 +29,8 @@ from .formats.levels import Compressed, Dense
 from .formats.storage import Storage, check_fill
 from .formats.slicing import slice_storage
 from .notation.affine import as_subscript
-from .notation.ast import Access, Affine, Assignment, IndexVar, Subscript, Window, accesses, as_expr
+from .notation.ast import (Access, Affine, Assignment, IndexSet, IndexVar, Subscript, Window, accesses,
+                           as_expr)
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
     np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32,
@@ -686,9 +687,9 @@ class Tensor:
         subs = []
         for v in given:
             sub = as_subscript(v) if compound else v
-            if not isinstance(sub, (IndexVar, Affine, Window)):
-                what = "IndexVar, an affine sum of them (i + k, 2*i + k - 1) or a window " \
-                    "(i[0:5])" if compound else "IndexVar"
+            if not isinstance(sub, (IndexVar, Affine, Window, IndexSet)):
+                what = "IndexVar, an affine sum of them (i + k, 2*i + k - 1), a window " \
+                    "(i[0:5]) or an index set (i[[1, 3, 5]])" if compound else "IndexVar"
                 raise ArgumentError(f"{self._name} is indexed by {what} (see coiter.index_vars), "
                                     f"or by integers, slices and ... alone to select entries; "
                                     f"got {v!r}")

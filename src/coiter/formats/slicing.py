@@ -1,6 +1,7 @@
-"""Basic NumPy indexing of stored tensors (integers, slices, ``...``) and concatenation.
+"""Basic NumPy indexing of stored tensors (integers, slices, ``...``), gathers and concatenation.
 
-``slice_storage`` is what ``Tensor[0:5, :]`` and ``Tensor[3]`` do; ``concatenate`` joins
+``slice_storage`` is what ``Tensor[0:5, :]`` and ``Tensor[3]`` do; ``gather_storage`` reads
+a mode at a list of coordinates (an index set's operand); ``concatenate`` joins
 tensors along one mode. Both keep the format where the result can have it. A range of the
 first mode of a format of dense and compressed levels (CSR, DCSR, CSF, dense arrays) is
 sliced without copying the value array or the coordinates below the first level: only the
@@ -87,6 +88,39 @@ def slice_storage(st: Storage, key: Any) -> Storage:
     picked = np.stack([(coords[m][mask] - keys[m][0]) // keys[m][2] for m in kept]) \
         if kept else np.zeros((0, int(mask.sum())), dtype=np.int64)
     return _repack(picked, vals[mask], shape, fmt, st.fill)
+
+
+def gather_storage(st: Storage, mode: int, coords: Sequence[int]) -> Storage:
+    """``st`` with mode ``mode`` read at ``coords`` (NumPy's ``np.take(a, coords, axis=mode)``:
+    any order, repeats allowed), in the same format. A sparse operand costs
+    ``O((nnz + len(coords)) log len(coords))`` plus packing the selected entries; a
+    coordinate outside the mode is a ShapeError naming it ("reaches coordinate 12, outside
+    mode 0 of size 10", to follow the set's name)."""
+    picks = np.asarray(coords, dtype=np.int64)
+    dim = st.shape[mode]
+    bad = picks[(picks < 0) | (picks >= dim)]
+    if bad.size:
+        raise ShapeError(f"reaches coordinate {int(bad[0])}, outside mode {mode} of size {dim}")
+    shape = st.shape[:mode] + (len(picks),) + st.shape[mode + 1:]
+    fmt = st.format
+    if fmt.is_dense:
+        arr = st.vals.reshape(tuple(st.shape[m] for m in fmt.ordering))
+        arr = arr.transpose(np.argsort(fmt.ordering))
+        picked = np.take(arr, picks, axis=mode)
+        vals = np.ascontiguousarray(picked.transpose(fmt.ordering)).reshape(-1)
+        return Storage(fmt, shape, tuple({} for _ in shape), vals, st.fill)
+    entries, vals = st.to_coords()
+    order = np.argsort(picks, kind="stable")
+    ordered = picks[order]
+    c = entries[mode]
+    first = np.searchsorted(ordered, c, side="left")
+    counts = np.searchsorted(ordered, c, side="right") - first
+    # each stored entry is copied once per position of the set that reads its coordinate
+    which = np.repeat(np.arange(c.shape[0]), counts)
+    starts = np.repeat(first - (np.cumsum(counts) - counts), counts)
+    new = entries[:, which]
+    new[mode] = order[starts + np.arange(which.shape[0])]
+    return _repack(new, vals[which], shape, fmt, st.fill)
 
 
 def _leading_range(st: Storage, keys: tuple[ModeKey, ...]) -> tuple[int, int] | None:

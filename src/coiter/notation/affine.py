@@ -21,6 +21,7 @@ from .ast import (
     Coordinate,
     Div,
     Expr,
+    IndexSet,
     IndexVar,
     Literal,
     Mul,
@@ -138,7 +139,7 @@ def subscript_range(sub: Affine, extents: Mapping[IndexVar, int]) -> tuple[int, 
 def as_subscript(x: Any) -> Subscript | None:
     """The subscript a DSL index stands for (``i``, ``i + k``, ``2*i + k - 1``, a window
     ``i[1:7:2]``), or None when ``x`` is not an affine sum of index variables and integers."""
-    if isinstance(x, (IndexVar, Window)):
+    if isinstance(x, (IndexVar, Window, IndexSet)):
         return x
     if not isinstance(x, Expr):
         return None

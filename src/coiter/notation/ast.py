@@ -23,12 +23,20 @@ class IndexVar:
     def __repr__(self) -> str:
         return self.name
 
-    def __getitem__(self, key: Any) -> Window:
+    def __getitem__(self, key: Any) -> Window | IndexSet:
         """``i[lo:hi]`` or ``i[lo:hi:step]``: a window of the mode this subscript indexes
-        (``B[i[0:5]]`` reads ``B``'s coordinates 0 to 4 as ``i`` = 0 to 4)."""
+        (``B[i[0:5]]`` reads ``B``'s coordinates 0 to 4 as ``i`` = 0 to 4); ``i[[1, 3, 5]]``
+        (a list or 1-D integer array): an index set (``B[i[[1, 3, 5]]]`` reads ``B``'s
+        coordinates 1, 3 and 5 as ``i`` = 0, 1, 2)."""
+        if isinstance(key, (list, tuple)) or (hasattr(key, "ndim") and hasattr(key, "dtype")):
+            try:
+                return index_set(self, key)
+            except ValueError as exc:
+                raise ArgumentError(str(exc)) from None
         if not isinstance(key, slice) or key.stop is None:
             raise ArgumentError(f"a window of {self.name} is a slice with an end, "
-                                f"{self.name}[lo:hi] or {self.name}[lo:hi:step]; got {key!r}")
+                                f"{self.name}[lo:hi] or {self.name}[lo:hi:step], or an index set, "
+                                f"{self.name}[[c0, c1, ...]]; got {key!r}")
         try:
             return window(self, 0 if key.start is None else key.start, key.stop,
                           1 if key.step is None else key.step)
@@ -189,7 +197,43 @@ def window(var: IndexVar, lo: int, hi: int, step: int = 1) -> Window:
     return Window(var, lo, hi, step)
 
 
-Subscript = Union[IndexVar, Affine, Window]
+@dataclass(frozen=True)
+class IndexSet:
+    """An index set of a mode (TACO's ``A(i({1,3,5}))``, the DSL's ``A[i[[1, 3, 5]]]``): the
+    mode is read at ``coords[var]`` for ``var`` in ``[0, len(coords))``, NumPy's
+    ``a[[1, 3, 5]]``. Coordinates may come in any order and repeat. Build one with
+    :func:`index_set`; the compiler gathers the selected entries when the kernel is called
+    (:mod:`coiter.notation.index_sets`)."""
+
+    var: IndexVar
+    coords: tuple[int, ...]
+
+    @property
+    def extent(self) -> int:
+        return len(self.coords)
+
+    @property
+    def vars(self) -> tuple[IndexVar, ...]:
+        return (self.var,)
+
+    def __str__(self) -> str:
+        return f"{self.var.name}({{{','.join(map(str, self.coords))}}})"
+
+
+def index_set(var: IndexVar, coords: Any) -> IndexSet:
+    """The index set ``coords`` (a sequence of non-negative ints) of a mode read through
+    ``var``; ValueError saying why when it is empty or holds something else."""
+    items = list(coords.tolist() if hasattr(coords, "tolist") else coords)
+    if not items:
+        raise ValueError(f"the index set of {var.name} is empty: it needs at least one coordinate")
+    for c in items:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise ValueError(f"the index set of {var.name} holds {c!r}: coordinates are "
+                             "non-negative integers")
+    return IndexSet(var, tuple(items))
+
+
+Subscript = Union[IndexVar, Affine, Window, IndexSet]
 
 
 def affine(terms: Any, const: int = 0) -> Subscript:
@@ -209,7 +253,7 @@ def affine(terms: Any, const: int = 0) -> Subscript:
 
 def subscript_vars(s: Subscript) -> tuple[IndexVar, ...]:
     """The index variables of one subscript."""
-    return s.vars if isinstance(s, (Affine, Window)) else (s,)
+    return s.vars if isinstance(s, (Affine, Window, IndexSet)) else (s,)
 
 
 @dataclass(frozen=True, eq=True)

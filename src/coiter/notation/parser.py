@@ -4,8 +4,9 @@ Grammar (whitespace is allowed between any two tokens)::
 
     assignment := access ('=' | '+=') expr
     access     := NAME [ '(' [ subscript (',' subscript)* ] ')' ]
-    subscript  := window | ['-'] sterm (('+' | '-') sterm)*  an affine sum: i, i+k, 2*i+k-1
+    subscript  := window | indexset | ['-'] sterm (('+' | '-') sterm)*  an affine sum: i, i+k, 2*i+k-1
     window     := NAME '(' INT ',' INT [',' INT] ')'  coordinates lo, lo+step... below hi
+    indexset   := NAME '(' ('{' INT (',' INT)* '}' | '[' INT (',' INT)* ']') ')'  coordinates listed
     sterm      := INT ['*' NAME] | NAME ['*' INT]
     expr       := conj ('||' conj)*                 left associative
     conj       := comparison ('&&' comparison)*     left associative
@@ -52,6 +53,7 @@ from coiter.notation.ast import (
     affine,
     subscript_vars,
     window,
+    index_set,
     Mul,
     Neg,
     Number,
@@ -73,7 +75,7 @@ _TOKEN_RE = re.compile(
     (?P<space>\s+)
     | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[jJ]?)
     | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<op>\+=|==|!=|<=|>=|&&|\|\||[-+*/=(),<>!])
+    | (?P<op>\+=|==|!=|<=|>=|&&|\|\||[-+*/=(),<>!{}\[\]])
     """,
     re.VERBOSE,
 )
@@ -358,7 +360,8 @@ class _Parser:
             self.advance()
 
     def subscript(self, tensor: str) -> Subscript:
-        """Parse one subscript: an index variable, an affine sum of them, or a window."""
+        """Parse one subscript: an index variable, an affine sum of them, a window or an
+        index set."""
         start = self.peek
         if start.kind == "name" and self.ahead(1).is_op("("):
             return self.window(tensor)
@@ -383,9 +386,12 @@ class _Parser:
             raise self.error(f"subscript of {tensor} has no index variable", start.column) from None
 
     def window(self, tensor: str) -> Subscript:
-        """``NAME '(' lo ',' hi [',' step] ')'``: TACO's window of a mode, a whole subscript."""
+        """``NAME '(' lo ',' hi [',' step] ')'``: TACO's window of a mode, a whole subscript
+        (or an index set, ``NAME '(' '{' c0, c1... '}' ')'``)."""
         name = self.advance()
         self.advance()  # the '('
+        if self.peek.is_op("{", "["):
+            return self.index_set(name, tensor)
         bounds = [self.subscript_int(tensor)]
         while self.peek.is_op(",") and len(bounds) < 3:
             self.advance()
@@ -401,6 +407,25 @@ class _Parser:
             return window(IndexVar(name.text), *bounds)
         except ValueError as exc:
             raise self.error(str(exc), name.column) from None
+
+    def index_set(self, name: _Token, tensor: str) -> Subscript:
+        """The rest of ``NAME '(' '{' c0, c1... '}' ')'`` (or with ``[ ]``): TACO's index set."""
+        close = "}" if self.advance().text == "{" else "]"
+        coords = [self.subscript_int(tensor)]
+        while self.peek.is_op(","):
+            self.advance()
+            coords.append(self.subscript_int(tensor))
+        if not self.peek.is_op(close):
+            raise self.expected(f"',' or '{close}' in the index set of {name.text} in the "
+                                f"subscript of {tensor}")
+        self.advance()
+        if not self.peek.is_op(")"):
+            raise self.expected(f"')' after the index set of {name.text} in the subscript of {tensor}")
+        self.advance()
+        if not self.peek.is_op(",", ")"):
+            raise self.expected(f"',' or ')' after the index set {name.text}(...) of {tensor}: an "
+                                "index set is a whole subscript")
+        return index_set(IndexVar(name.text), coords)
 
     def subscript_term(self, tensor: str) -> tuple[int, IndexVar | None]:
         """``INT ['*' NAME]`` or ``NAME ['*' INT]``: a coefficient and its variable."""
