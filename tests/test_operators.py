@@ -104,3 +104,12 @@ def test_definitions_are_checked() -> None:
         coiter.parse("c(i) = t_xor(a(i))")
     with pytest.raises(ArgumentError, match="t_xor takes 2 argument"):
         XOR(1)
+
+
+def test_a_redefinition_reaches_the_next_evaluate() -> None:
+    """Regression: evaluate's per-spelling fast path ran the kernel of the old body."""
+    a, b = np.arange(3.0), np.full(3, 2.0)
+    coiter.define("t_redef(x, y)", "x + y")
+    np.testing.assert_array_equal(coiter.evaluate("c(i) = t_redef(a(i), b(i))", a=a, b=b).to_numpy(), a + b)
+    coiter.define("t_redef(x, y)", "x * y")
+    np.testing.assert_array_equal(coiter.evaluate("c(i) = t_redef(a(i), b(i))", a=a, b=b).to_numpy(), a * b)

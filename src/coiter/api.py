@@ -13,6 +13,7 @@ from .formats.format import Format, FormatLike, as_format, csf, csr, dense
 from .formats.storage import check_fill, fill_key
 from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
 from .notation.einsum import parse_einsum
+from .notation import operators
 from .notation.index_sets import split_index_sets
 from .notation.parser import parse
 from .planning import EinsumPlan, Optimize, plan_einsum
@@ -267,9 +268,10 @@ def evaluate(
 
 
 def _spelling(assignment: Any, out_format: Any) -> tuple | None:
-    """The key of a call's spelling when it is hashable and cheap (strings)."""
+    """The key of a call's spelling when it is hashable and cheap (strings), valid until
+    an operator is (re)defined."""
     if type(assignment) is str and (out_format is None or type(out_format) is str):
-        return (assignment, out_format)
+        return (assignment, out_format, operators.generation)
     return None
 
 

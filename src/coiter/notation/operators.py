@@ -71,6 +71,9 @@ class Operator:
 
 
 OPERATORS: dict[str, Operator] = {}
+# counts definitions: the same text means something else after one (callers that cache by
+# spelling key on it)
+generation = 0
 
 
 def define(signature: str, body: str, *, identity: Number | None = None,
@@ -107,7 +110,9 @@ def define(signature: str, body: str, *, identity: Number | None = None,
     for what, value in (("identity", identity), ("annihilator", annihilator)):
         if value is not None:
             _check(op, what, value)
+    global generation
     OPERATORS[name] = op
+    generation += 1
     return op
 
 
