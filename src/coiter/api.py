@@ -313,8 +313,9 @@ def kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatL
     formats: dict[str, FormatLike] = {n: t.format for n, t in tensors.items()}
     formats[a.lhs.tensor] = out
     fills = {n: t.fill_value for n, t in tensors.items() if t.fill_value != 0}
+    # an operator's redefinition changes what the same text reduces with
     key = (str(a), tuple(sorted((n, f.to_string()) for n, f in formats.items())),
-           tuple(sorted((n, fill_key(f)) for n, f in fills.items())))
+           tuple(sorted((n, fill_key(f)) for n, f in fills.items())), operators.generation)
     kernel = _kernels.get(key)
     if kernel is None:
         kernel = compile(a, formats, fill_values=fills)

@@ -164,7 +164,7 @@ def reduced_fill(op: str, fill: Any) -> Any:
     r = reducer(op)
     if r.idempotent:
         return np.asarray(bool(fill) if r.logical else fill)[()]
-    identity = r.ufunc.identity
+    identity = r.neutral
     if fill == identity or (op == "prod" and fill == 0):
         return fill
     return None

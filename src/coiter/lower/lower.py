@@ -40,6 +40,7 @@ from ..notation.ast import (
     Number, Reduction, Sub, accesses, map_accesses, walk,
 )
 from ..notation.functions import call_dtypes, zero_at
+from ..notation.operators import OPERATORS
 from ..notation.reducers import reducer
 from .assembly import ParallelAssembly
 from .intrinsics import computable, intrinsic_ir
@@ -687,6 +688,10 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         op = "+=" if s.accumulate else "="
         if decl.role == "temp" and decl.order == 0:
             t, value = Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope)
+            if s.accumulate and reducer(decl.reducer).defined:
+                # a user's operator folds by its body: t = op(t, value)
+                folded = OPERATORS[decl.reducer].expand([Access(lhs.tensor, ()), s.rhs])
+                return out + [self._write(lhs, IRAssign(t, self.expr(folded, scope, self.dtypes[lhs.tensor])))]
             if s.accumulate and decl.reducer != "sum":
                 return out + [self._write(lhs, self._fold(decl.reducer, t, value, self.dtypes[lhs.tensor]))]
             return out + [self._write(lhs, IRAssign(t, value, op))]
@@ -1233,6 +1238,10 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             for r in races(self.prov, f, self.decls):
                 decl = self.decls[r.access.tensor]
                 if r.role == "temp" and decl.order == 0:
+                    if decl.reducer not in OMP_REDUCTIONS:
+                        raise ScheduleError(f"parallelize({f.var}, {f.unit}, {f.race}): the reduction "
+                                            f"{decl.reducer} is the user's, which OpenMP cannot "
+                                            "combine across threads; parallelize a loop outside it")
                     clauses.append(f"reduction({OMP_REDUCTIONS[decl.reducer]}: {self.cn[r.access.tensor]})")
                 elif r.role == "result" and f.unit != "CPUVector":  # see _for
                     clauses.append(self._array_reduction_clause())

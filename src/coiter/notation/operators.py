@@ -10,7 +10,10 @@ absent entries is false), ``a * max(b, 0)`` the intersection.
 The algebraic properties a user states (an identity: ``op(e, x) == op(x, e) == x``; an
 annihilator: ``op(z, x) == op(x, z) == z``) are checked against the body on sample values
 when the operator is defined, so a definition cannot claim what it does not compute; with
-its fills the body then gives loops the iteration space the property implies.
+its fills the body then gives loops the iteration space the property implies. A binary
+operator with an identity that is commutative and associative on the samples is also a
+reduction (:mod:`coiter.notation.reducers`): ``xor(j, A(i,j))`` folds row ``i`` from the
+identity.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from .ast import (
     Access, BinaryExpr, Call, Expr, Literal, Neg, Number, as_expr, children, map_accesses, walk,
 )
 from .functions import ARITHMETIC, FUNCTIONS, function
-from .reducers import REDUCERS
+from .reducers import DEFINED, REDUCERS, Reducer
 
 __all__ = ["Operator", "define", "OPERATORS"]
 
@@ -113,7 +116,40 @@ def define(signature: str, body: str, *, identity: Number | None = None,
     global generation
     OPERATORS[name] = op
     generation += 1
+    if identity is not None and _reduces(op):
+        DEFINED[name] = Reducer(name, None, idempotent=_idempotent(op),
+                                logical=isinstance(op.value(1.0, 0.0), np.bool_), start=identity,
+                                defined=True)
+    else:
+        DEFINED.pop(name, None)
     return op
+
+
+def _reduces(op: Operator) -> bool:
+    """Whether ``op`` folds values in any order to the same result: commutative and
+    associative on the samples (then, with its identity, it is a reduction)."""
+    same = _same_truth if isinstance(op.value(1.0, 0.0), np.bool_) else _same
+    for x in _SAMPLES:
+        for y in _SAMPLES:
+            if not same(op.value(x, y), op.value(y, x)):
+                return False
+            for z in _SAMPLES:
+                if not same(op.value(op.value(x, y), z), op.value(x, op.value(y, z))):
+                    return False
+    return True
+
+
+def _idempotent(op: Operator) -> bool:
+    same = _same_truth if isinstance(op.value(1.0, 0.0), np.bool_) else _same
+    return all(same(op.value(x, x), x) for x in _SAMPLES)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(a == b) or bool(np.isnan(a) and np.isnan(b))
+
+
+def _same_truth(a: Any, b: Any) -> bool:
+    return bool(a) == bool(b)
 
 
 def _check(op: Operator, what: str, value: Any) -> None:

@@ -15,7 +15,7 @@ Grammar (whitespace is allowed between any two tokens)::
     term       := unary (('*' | '/') unary)*        left associative
     unary      := ('-' | '+' | '!') unary | primary
     primary    := reduction | call | access | NUMBER | '(' expr ')'
-    reduction  := REDUCER '(' NAME ',' expr ')'
+    reduction  := (REDUCER | OPERATOR) '(' NAME ',' expr ')'
     call       := (FUNCTION | OPERATOR) '(' expr (',' expr)* ')'
 
 A bare ``NAME`` is an order-0 (scalar) tensor access, unless an access in the assignment
@@ -26,7 +26,8 @@ names are reserved for calls (a scalar tensor may still be called ``max``); ``OP
 the name of an operator :func:`coiter.define` made, whose body replaces the call. ``REDUCER`` is
 ``sum``, ``prod``, ``min``, ``max``, ``any`` or ``all`` (:mod:`coiter.notation.reducers`):
 ``min(j, A(i,j) + x(j))`` reduces over ``j``, an index variable the result does not have
-(``min(b(i), c(i))`` and ``min(i, b(i))`` with ``i`` a result index stay elementwise). Numbers are ints (``3``),
+(``min(b(i), c(i))`` and ``min(i, b(i))`` with ``i`` a result index stay elementwise); an
+operator defined with an identity reduces the same way (``xor(j, A(i,j))``). Numbers are ints (``3``),
 floats (``2.5``, ``.5``, ``1e-3``) or imaginary (``2j``). Every syntax or
 consistency error raises :class:`~coiter.errors.ParseError` with the 1-based
 column of the offending character.
@@ -66,7 +67,7 @@ from coiter.notation.ast import (
 
 from coiter.notation.functions import FUNCTIONS
 from coiter.notation.operators import OPERATORS
-from coiter.notation.reducers import REDUCERS
+from coiter.notation.reducers import DEFINED, REDUCERS
 
 __all__ = ["parse"]
 
@@ -259,6 +260,8 @@ class _Parser:
         if token.kind == "name" and token.text in FUNCTIONS and self.tokens[self.pos + 1].is_op("("):
             return self.call(self.advance())
         if token.kind == "name" and token.text in OPERATORS and self.ahead(1).is_op("("):
+            if token.text in DEFINED and self.reduces_here():
+                return self.reduction(self.advance())
             return self.user_call(self.advance())
         if token.kind == "name":
             return self.access(self.advance())[0]

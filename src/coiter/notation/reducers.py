@@ -1,5 +1,6 @@
 """Reduction operators of index notation: ``sum`` (implicit), ``prod``, ``min``, ``max``,
-``any`` and ``all``, written ``min(j, A(i,j) + x(j))``.
+``any`` and ``all``, written ``min(j, A(i,j) + x(j))``, and the user's: a binary operator
+defined with an identity (:func:`coiter.define`) reduces too, ``xor(j, A(i,j))``.
 
 Each reduces with a NumPy ufunc (``np.minimum.reduce``...) and starts from its identity,
 which is also the value of a reduction over no coordinate. They see the implicit entries
@@ -21,19 +22,29 @@ from .ast import Expr, IndexVar, Reduction, as_expr
 
 @dataclass(frozen=True)
 class Reducer:
-    """A reduction operator: its name in expressions, the binary ufunc it folds with,
-    whether it is idempotent (``min(x, x) == x``: a value counts once however often it
-    is folded in) and whether it yields bools (``any``, ``all``)."""
+    """A reduction operator: its name in expressions, the binary ufunc it folds with
+    (None for a user's operator, whose body folds: ``defined``), whether it is idempotent
+    (``min(x, x) == x``: a value counts once however often it is folded in) and whether
+    it yields bools (``any``, ``all``); ``start`` is a user's operator's identity."""
 
     name: str
-    ufunc: np.ufunc
+    ufunc: np.ufunc | None
     idempotent: bool
     logical: bool = False
+    start: bool | int | float | None = None
+    defined: bool = False
+
+    @property
+    def neutral(self) -> Any:
+        """The identity as a number of no particular type (``inf`` for ``min``)."""
+        return self.start if self.ufunc is None else self.ufunc.identity
 
     def identity(self, dtype: Any) -> bool | int | float:
         """The value reducing nothing gives, in ``dtype`` (DTypeError where the type has
         no order, as ``min`` of complex values)."""
         dtype = np.dtype(dtype)
+        if self.ufunc is None:
+            return bool(self.start) if self.logical or dtype.kind == "b" else self.start  # type: ignore[return-value]
         if self.name in ("min", "max"):
             if dtype.kind == "c":
                 raise DTypeError(f"{self.name} reduction of complex values is not supported")
@@ -62,16 +73,24 @@ REDUCERS: dict[str, Reducer] = {r.name: r for r in (
 )}
 
 
+# reductions by operators the user defined with an identity (coiter.notation.operators
+# keeps it current: a redefinition replaces its entry, one without an identity drops it)
+DEFINED: dict[str, Reducer] = {}
+
+
 def reducer(name: str) -> Reducer:
     """The reduction operator called ``name`` (KeyError when there is none)."""
-    return REDUCERS[name]
+    return REDUCERS[name] if name in REDUCERS else DEFINED[name]
 
 
-def reduce(op: str, var: IndexVar | Sequence[IndexVar], body: Any) -> Expr:
+def reduce(op: Any, var: IndexVar | Sequence[IndexVar], body: Any) -> Expr:
     """``body`` reduced by ``op`` over ``var`` (or over several variables, the first
-    outermost): ``coiter.reduce("min", j, A[i, j] + x[j])``."""
-    if op not in REDUCERS:
-        raise ArgumentError(f"unknown reduction {op!r}; reductions: {', '.join(REDUCERS)}")
+    outermost): ``coiter.reduce("min", j, A[i, j] + x[j])``. ``op`` is a built-in
+    reduction's name or an operator defined with an identity (or its name)."""
+    op = getattr(op, "name", op)
+    if not isinstance(op, str) or (op not in REDUCERS and op not in DEFINED):
+        raise ArgumentError(f"unknown reduction {op!r}; reductions: {', '.join(REDUCERS)} and "
+                            "the operators defined with an identity")
     vars_ = [var] if isinstance(var, IndexVar) else list(var)
     if not vars_ or not all(isinstance(v, IndexVar) for v in vars_):
         raise ArgumentError(f"reduce({op!r}, ...) takes index variables to reduce over, got {var!r}")
