@@ -709,3 +709,21 @@ def test_mergeby_gallop_in_rows_of_a_matrix(threads: int) -> None:
     assert parse_commands("mergeby(j,Gallop)") == prog.mergeby("j", "Gallop").commands
     with pytest.raises(ScheduleError, match="merge strategy must be one of TwoFinger, Gallop"):
         prog.mergeby("j", "Leapfrog")
+
+
+@pytest.mark.parametrize("order", ["iX1,iX2,iY1,iY2", "iX1,iY1,iX2,iY2", "iX2,iX1,iY1,iY2",
+                                   "iX2,iY1,iX1,iY2", "iY1,iX1,iX2,iY2", "iY1,iX2,iX1,iY2"])
+def test_taco_multilevel_tiling_every_order(order) -> None:
+    """TACO's scheduling/multilevel_tiling: sparse a and b, the pieces of three splits in
+    every order that keeps iY2 innermost, into a dense result at 1 and 2 threads; a sparse
+    result is appended from loops over its own coordinates only, which the message says."""
+    a, b = _dense((40,), 0.5, 4), _dense((40,), 0.5, 5)
+    ops = {"a": coiter.Tensor.from_numpy(a, "s"), "b": coiter.Tensor.from_numpy(b, "s")}
+    schedule = f"split(i,iX,iY,2),split(iX,iX1,iX2,2),split(iY,iY1,iY2,2),reorder({order})"
+    kernel = coiter.compile("c(i) = a(i) * b(i)", {"a": "s", "b": "s"}, schedule=schedule)
+    for threads in (1, 2):
+        np.testing.assert_array_equal(kernel(**ops, threads=threads).to_numpy(), a * b)
+    sparse = coiter.compile("c(i) = a(i) * b(i)", {"a": "s", "b": "s", "c": "s"}, schedule=schedule)
+    with pytest.raises(ScheduleError, match="level 1 \\(compressed\\) of the result is indexed by i, "
+                                            "which a derived loop binds"):
+        sparse(**ops)

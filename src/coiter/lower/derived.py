@@ -374,6 +374,12 @@ class DerivedLoops:
             if decl.role in ("input", "result") and not in_place and k < decl.order \
                     and self.level_var(a, k) in located.coords:
                 level = decl.format.levels[k]
+                if decl.role == "result":
+                    raise ScheduleError(
+                        f"{a.tensor}: level {k + 1} ({level}) of the result is indexed by "
+                        f"{self.level_var(a, k)}, which a derived loop binds by coordinate (the "
+                        "pieces of a split), but a result level is appended only from a loop over "
+                        "its own coordinate; compute into a dense level there (a dense result)")
                 raise ScheduleError(
                     f"{a.tensor}: level {k + 1} ({level}) is indexed by {self.level_var(a, k)}, which "
                     "a derived loop binds by coordinate, but it cannot be reached by coordinate "
