@@ -727,3 +727,43 @@ def test_taco_multilevel_tiling_every_order(order) -> None:
     with pytest.raises(ScheduleError, match="level 1 \\(compressed\\) of the result is indexed by i, "
                                             "which a derived loop binds"):
         sparse(**ops)
+
+
+POS_OF_A_PIECE = [
+    # TACO's scheduling/pos_tile_coord_and_pos
+    ("c(i) = a(i) * b(i)", {"a": "s"}, "split(i,iO,iI,4),pos(iI,ip,a(i)),split(ip,ipO,ipI,2)",
+     lambda a, b, m, x: a * b),
+    ("c(i) = a(i) * b(i)", {"a": "s"},
+     "split(i,iO,iI,7),pos(iI,ip,a(i)),split(ip,ipO,ipI,2),parallelize(iO,CPUThread,NoRaces)",
+     lambda a, b, m, x: a * b),
+    ("c(i) = a(i) * b(i)", {"a": "s", "b": "s"}, "divide(i,iO,iI,3),pos(iI,ip,a(i))",
+     lambda a, b, m, x: a * b),  # b searched at a's coordinates
+    ("s = a(i) * b(i)", {"a": "s"},
+     "split(i,iO,iI,8),pos(iI,ip,a(i)),parallelize(iO,CPUThread,ParallelReduction)",
+     lambda a, b, m, x: a @ b),
+    ("y(i) = M(i,j) * x(j)", {"M": "csr"},
+     "split(j,j0,j1,8),pos(j1,jp,M(i,j)),parallelize(i,CPUThread,NoRaces)",
+     lambda a, b, m, x: m @ x),
+]
+
+
+@pytest.mark.parametrize("expr,formats,schedule,ref", POS_OF_A_PIECE)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pos_of_the_inner_piece_of_a_split(expr, formats, schedule, ref, threads) -> None:
+    """pos of a split piece walks, per outer piece, the positions whose coordinates fall in
+    it (found by binary search), against NumPy."""
+    a, b = _dense((90,), 0.3, 6), _dense((90,), 0.6, 7)
+    m, x = _dense((30, 90), 0.2, 8), _dense((90,), 1.0, 9)
+    values = {"a": a, "b": b, "M": m, "x": x}
+    ops = {n: coiter.Tensor.from_numpy(v, formats.get(n, "d" * v.ndim)) for n, v in values.items()
+           if re.search(rf"\b{n}\(", expr)}
+    got = coiter.compile(expr, formats, schedule=schedule)(**ops, threads=threads)
+    np.testing.assert_allclose(got.to_numpy(), ref(a, b, m, x), rtol=1e-12, atol=1e-12)
+
+
+def test_pos_of_a_piece_is_refused_where_it_has_no_positions() -> None:
+    with pytest.raises(ScheduleError, match="must be an original or fused index variable, or the "
+                                            "inner piece of a split"):
+        coiter.compile("c(i) = a(i) * b(i)", {"a": "s"}, schedule="split(i,iO,iI,4),pos(iO,ip,a(i))")
+    with pytest.raises(ScheduleError, match="level 1 of A \\(dense\\) has no positions"):
+        coiter.compile("y(i) = A(i,j) * x(j)", {"A": "csr"}, schedule="split(i,i0,i1,4),pos(i1,ip,A(i,j))")

@@ -207,6 +207,20 @@ COITER_HASH_LOCATE(int64_t)
   const int32_t*: coiter_hash_locate_int32_t, int32_t*: coiter_hash_locate_int32_t, \
   const int64_t*: coiter_hash_locate_int64_t, int64_t*: coiter_hash_locate_int64_t)(crd, W, parent, c)
 """),
+    (('coiter_lower_bound',), """\
+/* the first position in [lo, hi) of a sorted coordinate array whose coordinate is >= c
+   (where a loop over positions starts its piece of a split coordinate range) */
+#define COITER_LOWER_BOUND(T) \
+__attribute__((pure)) static inline int64_t coiter_lower_bound_##T(const T* crd, int64_t lo, \
+                                                                   int64_t hi, int64_t c) {{ \
+  while (lo < hi) {{ int64_t mid = lo + (hi - lo) / 2; if (crd[mid] < c) lo = mid + 1; else hi = mid; }} \
+  return lo; }}
+COITER_LOWER_BOUND(int32_t)
+COITER_LOWER_BOUND(int64_t)
+#define coiter_lower_bound(crd, lo, hi, c) _Generic((crd), \
+  const int32_t*: coiter_lower_bound_int32_t, int32_t*: coiter_lower_bound_int32_t, \
+  const int64_t*: coiter_lower_bound_int64_t, int64_t*: coiter_lower_bound_int64_t)(crd, lo, hi, c)
+"""),
     (('coiter_sum',), """\
 /* sum of vals[lo..hi): the value of a coordinate stored several times (a non-unique level) */
 #define COITER_SUM(T, N) \

@@ -281,8 +281,13 @@ def _pos(prog: ConcreteProgram, cmd: Command, i: Any, p: Any, access: Any) -> Co
     (vp,) = _fresh(prog, cmd, p)
     a = _access_arg(prog, cmd, access)
     prov = Provenance(prog.env.relations)
-    if prov.defining(v) is not None and not isinstance(prov.defining(v), Fuse):
-        raise ScheduleError(f"{cmd}: {v} must be an original or fused index variable")
+    rel = prov.defining(v)
+    # the inner piece of a split walks the positions of its coordinate range (found by binary
+    # search per piece: TACO's split(i,i0,i1,4),pos(i1,ip,A(i)))
+    piece = isinstance(rel, (Split, Divide)) and v == rel.inner and prov.defining(rel.parent) is None
+    if rel is not None and not isinstance(rel, Fuse) and not piece:
+        raise ScheduleError(f"{cmd}: {v} must be an original or fused index variable, or the "
+                            "inner piece of a split of an original one")
     decl = prog.tensors[a.tensor]
     covered = prov.underived(v)
     fmt = decl.format
@@ -297,6 +302,9 @@ def _pos(prog: ConcreteProgram, cmd: Command, i: Any, p: Any, access: Any) -> Co
         level = fmt.levels[k]
         if not level.has_pos_iter or level.has_coord_iter:
             raise ScheduleError(f"{cmd}: level {k + 1} of {a.tensor} ({level}) has no positions to iterate")
+        if piece and not level.ordered:
+            raise ScheduleError(f"{cmd}: level {k + 1} of {a.tensor} ({level}) is unordered, so the "
+                                f"positions of a piece of {rel.parent} are not one range")
     for k in levels:
         if not fmt.levels[k].unique:
             raise ScheduleError(f"{cmd}: level {k + 1} of {a.tensor} ({fmt.levels[k]}) repeats coordinates")

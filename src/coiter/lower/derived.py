@@ -27,7 +27,7 @@ from ..concrete.stmt import Assign, Forall, Stmt, Where
 from ..errors import ScheduleError
 from ..formats.levels.base import ParentPos
 from ..ir.nodes import (
-    Assign as IRAssign, Bin, Break, Const, Decl, If, IRExpr, IRStmt, Min, Var, While,
+    Assign as IRAssign, Bin, Break, Call, Const, Decl, If, IRExpr, IRStmt, Load, Min, Var, While,
     add, block, conj, lt, mul,
 )
 from ..notation.ast import Access, IndexVar, rename_index
@@ -137,7 +137,24 @@ class DerivedLoops:
         return out
 
     def _pos_range(self, rel: Pos, scope) -> tuple[IRExpr, IRExpr]:
-        return self._segments(rel, scope)[self._pos_levels(rel)[-1]]
+        k = self._pos_levels(rel)[-1]
+        lo, hi = self._segments(rel, scope)[k]
+        piece = self.prov.defining(rel.var)
+        if not isinstance(piece, (Split, Divide)):
+            return lo, hi
+        # pos of the inner piece of a split: the positions whose coordinates fall in the
+        # current piece, [start, start + block), found by binary search in the segment
+        level = self.fmt(rel.access.tensor).levels[k]
+        crd = level.pos_access(self.names(rel.access.tensor, k), Var("p"))
+        if not isinstance(crd, Load) or piece.outer not in scope.coords:
+            raise ScheduleError(f"{rel}: the positions of a piece of {piece.parent} are searched in "
+                                f"the coordinates of {rel.access.tensor}'s level {k + 1} ({level}) "
+                                f"inside the loop over {piece.outer}, which this schedule does not give")
+        plo, phi = self.range_of(piece.parent, scope)
+        start = add(plo, mul(scope.coords[piece.outer], self._block_size(piece, scope)))
+        end = Min((add(start, self._block_size(piece, scope)), phi))
+        first = Call("coiter_lower_bound", (Var(crd.array), lo, hi, start))
+        return first, Call("coiter_lower_bound", (Var(crd.array), first, hi, end))
 
     # -- values of variables in terms of bound loops ----------------------------------------
     def _value(self, v: IndexVar, scope) -> IRExpr | None:
