@@ -67,6 +67,11 @@ CASES = {
     "sddmm_csr": ("A(i,k) = B(i,k) * C(i,j) * D(j,k)", {"B": "csr", "A": "csr"}, SDDMM,
                   ["A_vals[fpos] += coiter_red0"]),
     "dot": ("a = x(i) * y(i)", {}, DOT, ["coiter_atomic_add(&coiter_acc_t0[0]"]),
+    # GPUThread on the outer piece of a split, no GPUBlock: blocks of 256 of its iterations
+    "spmv_thread_rows": (*SPMV, "split(i,i0,i1,32),parallelize(i0,GPUThread,NoRaces)",
+                         ["int64_t i0 = i0_block * 256 + i0_lane;"]),
+    "dot_threads": ("a = x(i) * y(i)", {}, "split(i,i0,i1,32),parallelize(i0,GPUThread,Atomics)",
+                    ["coiter_warp_sum"]),
 }
 
 

@@ -2,7 +2,9 @@
 
 The loop a schedule parallelized over ``GPUBlock`` (it must be the function's outermost
 GPU loop, at its top level) becomes a ``__global__`` kernel launched with one thread
-block per iteration; ``GPUWarp`` and ``GPUThread`` loops inside it become the warp index
+block per iteration (a lone ``GPUThread`` loop, with no ``GPUBlock`` loop, is spread over
+blocks of 256 of its iterations, or of 32 when they add into one location: TACO's
+``split(i,i0,i1,32),parallelize(i0,GPUThread,...)``); ``GPUWarp`` and ``GPUThread`` loops inside it become the warp index
 (``threadIdx.x / 32``) and the lane (``threadIdx.x % 32``; ``threadIdx.x`` without warp
 loops), guarded by the loop's bound. Every hardware thread runs the statements between
 GPU loops, so stores there are made by the first thread of the unbound units only.
@@ -31,6 +33,7 @@ from .c import function, packed_entry
 
 WARP = 32
 MAX_BLOCK = 1024  # threads per block
+GRID_BLOCK = 256  # threads per block of a GPUThread loop that no GPUBlock loop encloses (no sums)
 CUDA_ERROR = 4  # host function's return code when a CUDA runtime call fails
 ACCUMULATE = frozenset({"double", "float", "int32_t", "int64_t"})  # atomicAdd and shuffles
 DEVICE_CALLS = frozenset({"COITER_MIN", "COITER_MAX", "coiter_sum", "coiter_hash_locate"})
@@ -149,6 +152,12 @@ def _split(fn: Function) -> tuple[list[IRStmt], For, list[IRStmt]]:
     stmts = list(fn.body.stmts)
     tops = [n for n, s in enumerate(stmts) if isinstance(s, For) and s.unit == "GPUBlock"]
     nested = [s for s in walk(fn.body) if isinstance(s, For) and s.unit]
+    threads = [n for n, s in enumerate(stmts) if isinstance(s, For) and s.unit == "GPUThread"]
+    if not tops and len(threads) == 1 and len(nested) == 1:
+        # a lone GPUThread loop (no GPUBlock): its iterations spread over a grid of blocks
+        stmts[threads[0]] = _thread_grid(stmts[threads[0]])  # type: ignore[arg-type]
+        tops = threads
+        nested = [s for s in walk(block(stmts)) if isinstance(s, For) and s.unit]
     if len(tops) != 1 or any(s.unit == "GPUBlock" and s is not stmts[tops[0]] for s in nested):
         raise ScheduleError("the CUDA back end needs exactly one loop parallelized over GPUBlock, "
                             "outermost (parallelize(v, GPUBlock, ...) on the outer loop)")
@@ -158,6 +167,36 @@ def _split(fn: Function) -> tuple[list[IRStmt], For, list[IRStmt]]:
     if top.start is None:
         raise ScheduleError(f"the GPUBlock loop over {top.var} continues a variable; it must start it")
     return stmts[: tops[0]], top, stmts[tops[0] + 1:]
+
+
+def _thread_grid(f: For) -> For:
+    """``f`` (a GPUThread loop outside any GPUBlock loop) as a GPUBlock loop over blocks of
+    ``GRID_BLOCK`` iterations, each a GPUThread loop over its lanes: iteration
+    ``start + block * GRID_BLOCK + lane``, guarded by ``f``'s bound."""
+    if f.start is None:
+        raise ScheduleError(f"the GPUThread loop over {f.var} continues a variable; it must start it")
+    # lanes that add into one location combine by warp shuffles: blocks of one warp then
+    size = WARP if _shared_sums(f) else GRID_BLOCK
+    blk, lane = f"{f.var}_block", f"{f.var}_lane"
+    value = add(f.start, add(Bin("*", Var(blk), Const(size)), Var(lane)))
+    lanes = For(lane, "int64_t", Const(0), Const(size), block(
+        Decl("int64_t", f.var, value), If(lt(Var(f.var), f.end), f.body)), unit="GPUThread")
+    span = f.end if f.start == Const(0) else Bin("-", f.end, f.start)
+    count = Bin("/", add(span, Const(size - 1)), Const(size))
+    return For(blk, "int64_t", Const(0), count, block(lanes), unit="GPUBlock")
+
+
+def _shared_sums(f: For) -> bool:
+    """Whether ``f`` adds into a location that is the same for all its iterations."""
+    local = declared(f.body) | {f.var}
+    varying = local | assigned(f.body)
+    for s in walk(f.body):
+        a = s.stmt if isinstance(s, Pragma) else s
+        if isinstance(a, Assign) and a.op == "+=" and (
+                a.target.name not in local if isinstance(a.target, Var)
+                else not names(a.target.index) & varying):
+            return True
+    return False
 
 
 def _inside(s: IRStmt, outer: IRStmt) -> bool:
