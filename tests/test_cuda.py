@@ -72,6 +72,20 @@ CASES = {
                          ["int64_t i0 = i0_block * 256 + i0_lane;"]),
     "dot_threads": ("a = x(i) * y(i)", {}, "split(i,i0,i1,32),parallelize(i0,GPUThread,Atomics)",
                     ["coiter_warp_sum"]),
+    # TACO's SpMM rows schedule: GPUThread on the outer piece of a split of the dense columns,
+    # whose extent is known only at run time: the lanes stride over it (64 iterations here)
+    "spmm_rows": ("C(i,k) = A(i,j) * B(j,k)", {"A": "csr"},
+                  "split(i,block,i1,32),split(i1,warp,warp_row,4),split(k,thread,thread_col,2),"
+                  "reorder(block,warp,warp_row,thread,thread_col,j),parallelize(block,GPUBlock,IgnoreRaces),"
+                  "parallelize(warp,GPUWarp,IgnoreRaces),parallelize(thread,GPUThread,IgnoreRaces)",
+                  ["thread += 32;"]),
+    # the same striding with a warp reduction over the lanes (the sum over j)
+    # a row's nonzeros (a loop from A2_pos[i] to A2_pos[i+1]) strided over a warp's lanes
+    "spmv_row_lanes": (*SPMV, "parallelize(i,GPUBlock,NoRaces),parallelize(j,GPUThread,Atomics)",
+                       ["coiter_warp_sum", "pA2 += 32;"]),
+    "sddmm_rows": ("A(i,k) = B(i,k) * C(i,j) * D(j,k)", {"B": "csr"},
+                   "split(j,thread,j1,2),reorder(i,k,thread,j1),parallelize(i,GPUBlock,NoRaces),"
+                   "parallelize(thread,GPUThread,ParallelReduction)", ["coiter_warp_sum", "thread += 32;"]),
 }
 
 
@@ -90,7 +104,7 @@ def _check(case: str, kernel: coiter.Kernel) -> None:
         if case.startswith("spmv"):
             x = RNG.random(m)
             got, ref = kernel(A=A, x=x).to_numpy(), A @ x
-        elif case == "spmm":
+        elif case.startswith("spmm"):
             B = RNG.random((m, DENSE_COLUMNS))
             got, ref = kernel(A=A, B=B).to_numpy(), A @ B
         elif case.startswith("sddmm"):
@@ -168,7 +182,7 @@ def test_sparse_result_is_refused() -> None:
 
 @pytest.mark.parametrize("schedule, message", [
     ("", "exactly one loop parallelized over GPUBlock"),
-    ("parallelize(i,GPUBlock,NoRaces),parallelize(j,GPUThread,Atomics)", "no constant number of iterations"),
+    ("parallelize(i,GPUBlock,NoRaces),parallelize(j,GPUWarp,Atomics)", "no constant number of iterations"),
     ("fuse(i,j,f),pos(f,fp,A(i,j)),parallelize(fp,GPUBlock,Atomics)", "i_pos is updated by every iteration"),
     ("split(i,i0,i1,2048),parallelize(i0,GPUBlock,NoRaces),parallelize(i1,GPUThread,NoRaces)",
      "at most 1024"),

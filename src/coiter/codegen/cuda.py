@@ -6,7 +6,8 @@ block per iteration (a lone ``GPUThread`` loop, with no ``GPUBlock`` loop, is sp
 blocks of 256 of its iterations, or of 32 when they add into one location: TACO's
 ``split(i,i0,i1,32),parallelize(i0,GPUThread,...)``); ``GPUWarp`` and ``GPUThread`` loops inside it become the warp index
 (``threadIdx.x / 32``) and the lane (``threadIdx.x % 32``; ``threadIdx.x`` without warp
-loops), guarded by the loop's bound. Every hardware thread runs the statements between
+loops), guarded by the loop's bound; a GPUThread loop without a constant bound strides over
+the lanes instead. Every hardware thread runs the statements between
 GPU loops, so stores there are made by the first thread of the unbound units only.
 Atomic updates become ``atomicAdd``; a ``+=`` inside a ``GPUThread`` loop to a location
 that does not depend on the thread (the Temporary / ParallelReduction strategies)
@@ -220,7 +221,10 @@ class _Kernel:
         self.loop = _map(loop, self._to_device_sum)
         gpu = [s for s in walk(loop.body) if isinstance(s, For) and s.unit]
         self.warps = max((_extent(s) for s in gpu if s.unit == "GPUWarp"), default=0)
-        self.threads = max((_extent(s) for s in gpu if s.unit == "GPUThread"), default=0)
+        lanes = [_constant_extent(s) for s in gpu if s.unit == "GPUThread"]
+        self.threads = max((n for n in lanes if n is not None), default=0)
+        if None in lanes:  # a thread loop of no constant extent strides over a warp's lanes
+            self.threads = max(self.threads, WARP)
         if self.warps and self.threads > WARP:
             raise ScheduleError(f"a GPUThread loop inside a GPUWarp loop has at most {WARP} "
                                 f"iterations (the lanes of a warp), not {self.threads}")
@@ -347,8 +351,21 @@ class _Kernel:
         # the totals are in every lane; the shared location is updated once
         tail = [s if isinstance(s, Assign) and isinstance(s.target, Var) else self.store(s, bound)
                 for s in after]
+        if f.unit == "GPUThread" and _constant_extent(f) is None:
+            # no constant extent (the outer piece of a split, TACO's SpMM rows): each lane
+            # strides over the iterations, the warp's or block's width apart
+            stride = Const(self._lanes(f))
+            walk_ = While(lt(Var(f.var), f.end), block(mapped, Assign(Var(f.var), stride, "+=")))
+            return block(Decl("int64_t", f.var, add(f.start, hw)), before, walk_, tail)
         return block(Decl("int64_t", f.var, add(f.start, hw)), before,
                      If(lt(Var(f.var), f.end), mapped), tail)
+
+    def _lanes(self, f: For) -> int:
+        """How many hardware threads run the GPUThread loop ``f`` side by side."""
+        n = _constant_extent(f)
+        if n is not None:
+            return n
+        return WARP if self.warps else self.block_dim
 
     def reduce(self, f: For) -> tuple[Block, list[IRStmt], list[IRStmt]]:
         """Accumulations in ``f`` to a location every thread shares: the body adding into
@@ -368,7 +385,7 @@ class _Kernel:
             ctype = self.types.get(_name(a.target), "")
             if ctype not in ACCUMULATE:
                 raise ScheduleError(f"{f.var}: no warp reduction of {ctype} values")
-            if _extent(f) > WARP and not self.warps:
+            if self._lanes(f) > WARP and not self.warps:
                 raise ScheduleError(f"{f.var}: a reduction across GPU threads is a warp reduction; "
                                     f"the GPUThread loop has more than {WARP} iterations")
             shared[a.target] = (f"coiter_red{self.reductions}", atomic)
@@ -389,7 +406,9 @@ class _Kernel:
             before.append(Decl(ctype, acc, Const(0)))
             after.append(Assign(Var(acc), Call("coiter_warp_sum", (Var(acc),))))
             update = Assign(target, Var(acc), "+=")
-            after.append(_atomic_add(update, self.types) if atomic else update)
+            # a scalar variable is each thread's own (every lane holds the warp's total)
+            shared_memory = not isinstance(update.target, Var)
+            after.append(_atomic_add(update, self.types) if atomic and shared_memory else update)
         return _map(f.body, accumulate), before, after
 
     def _check_private(self, f: For, body: Block, accumulators: set[str]) -> None:
@@ -403,12 +422,18 @@ class _Kernel:
 
 def _extent(f: For) -> int:
     """A constant upper bound on the iterations of GPU loop ``f`` (its hardware size)."""
-    lo = _constant(f.start) if f.start is not None else None
-    hi = _constant(f.end)
-    if lo is None or hi is None:
+    n = _constant_extent(f)
+    if n is None:
         raise ScheduleError(f"parallelize({f.var}, {f.unit}): the loop has no constant number of "
                             "iterations; split it by a constant and parallelize a piece")
-    return max(hi - lo, 0)
+    return n
+
+
+def _constant_extent(f: For) -> int | None:
+    """A constant upper bound on the iterations of ``f``; None when there is none."""
+    lo = _constant(f.start) if f.start is not None else None
+    hi = _constant(f.end)
+    return None if lo is None or hi is None else max(hi - lo, 0)
 
 
 def _constant(e: IRExpr) -> int | None:
