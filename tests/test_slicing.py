@@ -104,3 +104,50 @@ def test_row_blocks_of_dense_first_tensors_join_in_their_format(fmt: str) -> Non
     _same(whole, X)
     # the joined arrays are a valid operand: a kernel reads them
     np.testing.assert_allclose(coiter.evaluate("s = W(i,j,k)", W=whole).to_numpy(), X.sum())
+
+
+def _array_key(shape: tuple[int, ...]) -> st.SearchStrategy:
+    """Slices and ``...`` with one integer array (repeats, negatives, any order) or mask."""
+    def build(mode: int, slices: tuple, picks: object, ellipsis: bool) -> tuple:
+        return slices[:mode] + (picks,) + ((Ellipsis,) if ellipsis else slices[mode + 1:])
+
+    def at(mode: int) -> st.SearchStrategy:
+        d = shape[mode]
+        picks = st.lists(st.integers(-d, d - 1), max_size=6) | st.builds(
+            lambda m: np.asarray(m, dtype=bool), st.lists(st.booleans(), min_size=d, max_size=d))
+        slices = st.tuples(*(st.builds(slice, st.none() | st.integers(0, n), st.none() | st.integers(0, n),
+                                       st.none() | st.integers(1, 2)) for n in shape))
+        return st.builds(build, st.just(mode), slices, picks, st.booleans())
+    return st.integers(0, len(shape) - 1).flatmap(at)
+
+
+@pytest.mark.parametrize("fmt", MATRIX_FORMATS, ids=str)
+@settings(max_examples=40, deadline=None)
+@given(key=_array_key(M.shape))
+def test_an_index_array_or_mask_matches_numpy(fmt: object, key: tuple) -> None:
+    T = Tensor.from_scipy(M, format=fmt)
+    got = T[key]
+    assert got.format == T.format
+    _same(got, M.toarray()[key])
+
+
+@pytest.mark.parametrize("fmt", TENSOR_FORMATS)
+def test_index_arrays_of_tensor_modes(fmt: str) -> None:
+    T = Tensor.from_numpy(X, format=fmt)
+    for key in ([2, 0, 2], (slice(None), [3, -1]), (Ellipsis, np.array([4, 0])),
+                (slice(1, 3), slice(None), X[0, 0] > -1)):
+        _same(T[key], X[key])
+
+
+def test_index_array_errors_name_the_culprit() -> None:
+    T = Tensor.from_scipy(M)
+    with pytest.raises(ShapeError, match="index 7 is out of bounds for mode 0 of size 7"):
+        T[[0, 7]]
+    with pytest.raises(ArgumentError, match="one integer array"):
+        T[[0, 1], [1, 2]]
+    with pytest.raises(ArgumentError, match="one integer array"):
+        T[0, [1, 2]]
+    with pytest.raises(ShapeError, match="a boolean mask of length 3 for a mode of size 9"):
+        T[:, np.array([True, False, True])]
+    with pytest.raises(ArgumentError, match="1-D list of integers"):
+        T[[1.5]]

@@ -27,7 +27,7 @@ from .errors import ArgumentError, DTypeError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, csr_unordered, dia
 from .formats.levels import Compressed, Dense
 from .formats.storage import Storage, check_fill
-from .formats.slicing import slice_storage
+from .formats.slicing import index_storage
 from .notation.affine import as_subscript
 from .notation.ast import (Access, Affine, Assignment, IndexSet, IndexVar, Subscript, Window, accesses,
                            as_expr)
@@ -707,10 +707,13 @@ class Tensor:
 
         ``A[0:5]``, ``A[:, 3]``, ``A[..., ::2]``: integers, slices and ``...`` select entries
         as NumPy's basic indexing does and give a new Tensor in the same format (a view of
-        the data for row ranges of formats whose first level is dense, such as CSR)."""
+        the data for row ranges of formats whose first level is dense, such as CSR); one
+        integer array or boolean mask beside slices takes those coordinates of its mode
+        (``A[[3, 0, 3]]``, ``A[:, mask]``, a copy)."""
         given = idx if isinstance(idx, tuple) else (idx,)
-        if given and all(isinstance(k, (int, np.integer, slice)) or k is Ellipsis for k in given):
-            return Tensor._wrap(slice_storage(self.storage, idx))
+        if given and all(isinstance(k, (int, np.integer, slice, list, np.ndarray)) or k is Ellipsis
+                         for k in given):
+            return Tensor._wrap(index_storage(self.storage, idx))
         return Access(self._name, self._index(idx, compound=True), source=self)
 
     def __setitem__(self, idx: IndexVar | tuple[IndexVar, ...], expr: Any) -> None:

@@ -1,8 +1,9 @@
-"""Basic NumPy indexing of stored tensors (integers, slices, ``...``), gathers and concatenation.
+"""NumPy indexing of stored tensors (integers, slices, ``...``, one index array), gathers and
+concatenation.
 
 ``slice_storage`` is what ``Tensor[0:5, :]`` and ``Tensor[3]`` do; ``gather_storage`` reads
-a mode at a list of coordinates (an index set's operand); ``concatenate`` joins
-tensors along one mode. Both keep the format where the result can have it. A range of the
+a mode at a list of coordinates (an index set's operand, ``Tensor[[3, 0, 3]]`` through
+``index_storage``); ``concatenate`` joins tensors along one mode. Both keep the format where the result can have it. A range of the
 first mode of a format of dense and compressed levels (CSR, DCSR, CSF, dense arrays) is
 sliced without copying the value array or the coordinates below the first level: only the
 positions of the levels below are rebased (``O(rows)``; ``O(log nnz)`` more to find the
@@ -88,6 +89,47 @@ def slice_storage(st: Storage, key: Any) -> Storage:
     picked = np.stack([(coords[m][mask] - keys[m][0]) // keys[m][2] for m in kept]) \
         if kept else np.zeros((0, int(mask.sum())), dtype=np.int64)
     return _repack(picked, vals[mask], shape, fmt, st.fill)
+
+
+def _is_index_array(k: Any) -> bool:
+    """Whether ``k`` is an integer array or boolean mask (a list or 1-D NumPy array)."""
+    if isinstance(k, list):
+        return True
+    return isinstance(k, np.ndarray) and k.dtype.kind in "biu"
+
+
+def index_storage(st: Storage, key: Any) -> Storage:
+    """NumPy indexing by integers, slices, ``...`` and at most one integer array or boolean
+    mask along a mode (``T[[3, 0, 3]]``, ``T[:, mask]``), which takes those coordinates in
+    that order; an array beside integers is refused (NumPy would move the axes)."""
+    given = key if isinstance(key, tuple) else (key,)
+    arrays = [n for n, k in enumerate(given) if _is_index_array(k)]
+    if not arrays:
+        return slice_storage(st, key)
+    if len(arrays) > 1 or any(isinstance(k, (int, np.integer)) for k in given):
+        raise ArgumentError("a tensor is indexed by one integer array (or boolean mask) at most, "
+                            f"beside slices and '...' only; got {key!r}")
+    at = arrays[0]
+    # '...' before the array stands for the modes the key does not name
+    mode = at + (len(st.shape) - len(given) if Ellipsis in given[:at] else 0)
+    if mode >= len(st.shape):
+        raise ShapeError(f"too many indices for a tensor of order {len(st.shape)}: {key!r}")
+    picks = np.asarray(given[at])
+    dim = st.shape[mode]
+    if picks.ndim != 1 or picks.dtype.kind not in "biu" and picks.size:
+        raise ArgumentError(f"mode {mode}: an index array is a 1-D list of integers or booleans, "
+                            f"got {given[at]!r}")
+    if picks.dtype.kind == "b":
+        if picks.shape[0] != dim:
+            raise ShapeError(f"mode {mode}: a boolean mask of length {picks.shape[0]} for a mode "
+                             f"of size {dim}")
+        picks = np.flatnonzero(picks)
+    picks = picks.astype(np.int64)
+    bad = picks[(picks < -dim) | (picks >= dim)]
+    if bad.size:
+        raise ShapeError(f"index {int(bad[0])} is out of bounds for mode {mode} of size {dim}")
+    basic = slice_storage(st, given[:at] + (slice(None),) + given[at + 1:])
+    return gather_storage(basic, mode, picks % dim if dim else picks)
 
 
 def gather_storage(st: Storage, mode: int, coords: Sequence[int]) -> Storage:
