@@ -187,7 +187,8 @@ def _site_check(ref: np.ndarray, coords: np.ndarray) -> Callable[[Any], None]:
 
 # (schedule, result variables walked per output): the default (rows gathered, columns
 # scattered), its loops reordered, every mode scattered, and output-stationary (gather x, y)
-ORDERS = (("", None), ("reorder(c,q)", None), ("reorder(q,k)", None), ("", ()), ("", ("x", "y")))
+ORDERS = (("", None), ("", ("x",)), ("reorder(c,q)", None), ("reorder(q,k)", None), ("", ()),
+          ("", ("x", "y")))
 
 
 def _order_label(order: tuple[str, tuple[str, ...] | None]) -> str:
@@ -214,9 +215,12 @@ def study_order(args: argparse.Namespace) -> tuple[str, dict]:
         cases: dict[str, Any] = {}
         for order in ORDERS:
             label = _order_label(order)
+            gather = order[1]
+            if label == "auto":  # coiter.nn's choice on one thread, from the input's density
+                gather = () if cnn.density(sparse) < cnn.SCATTER_DENSITY else None
             try:
                 kern = coiter.compile(expr, {"I": "dsss"}, padding=True, schedule=order[0] or None,
-                                      gather=order[1])
+                                      gather=gather)
                 kern.concrete  # noqa: B018 - a schedule that cannot apply fails here
             except coiter.ScheduleError as exc:
                 cases[label] = Skipped("illegal", str(exc))
@@ -233,10 +237,12 @@ def study_order(args: argparse.Namespace) -> tuple[str, dict]:
     headers = ["sparsity", *(_order_label(o) for o in ORDERS), "auto / best"]
     within = sum(r <= 1.1 for r in ratios)
     return ("### Loop order: automatic against hand-written (ResNet layer, 1 thread, ms)\n\n"
-            f"`{expr}`, I in `dsss`; hand-written: `reorder` schedules of the default loops, "
-            "every input scattered (`gather=()`), and outputs walked per row and column "
-            "(`gather=[\"x\", \"y\"]`, output-stationary). Automatic order within 1.1x of the "
-            f"best on {within} of {len(ratios)} cases.\n\n" + markdown_table(headers, rows) + "\n"), {}
+            f"`{expr}`, I in `dsss`; auto: `coiter.nn`'s choice from the input's density (every "
+            f"stored entry scattered, `gather=()`, below {cnn.SCATTER_DENSITY:.0%} of the "
+            "coordinates stored, else output rows walked, `gather=[\"x\"]`, compile's default); "
+            "hand-written: `reorder` schedules of the default loops, every input scattered, and "
+            "outputs walked per row and column (`gather=[\"x\", \"y\"]`, output-stationary). "
+            f"Automatic order within 1.1x of the best on {within} of {len(ratios)} cases.\n\n" + markdown_table(headers, rows) + "\n"), {}
 
 
 def plot(curves: dict, path: Path) -> bool:

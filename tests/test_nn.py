@@ -213,3 +213,22 @@ def test_channels_last_max_pool_with_sparse_channels(fmt: str) -> None:
     last = np.ascontiguousarray(np.moveaxis(x, 1, -1))
     got = nn.max_pool2d(tensor(last, fmt), 2, 2, channels_last=True)
     check(got, np.moveaxis(np_pool(x, "max", (2, 2), (2, 2), (0, 0), (1, 1)), 1, -1))
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("fmt", ["sparse", "dense-first"])
+def test_the_loop_order_follows_the_input_density(dims: int, fmt: str) -> None:
+    """On one thread a sparse input (under SCATTER_DENSITY) is scattered entry by entry and
+    a denser one walked per output row; both give NumPy's convolution, strided, dilated and
+    grouped too."""
+    rng = np.random.default_rng(dims)
+    w = rng.standard_normal((4, 2, *(3,) * dims))
+    for density in (0.05, 0.6):
+        x = random_array(rng, (2, 4, *(7,) * dims), density)
+        X = tensor(x, "s" * (dims + 2) if fmt == "sparse" else "d" + "s" * (dims + 1))
+        assert (nn.density(X) < nn.SCATTER_DENSITY) == (density < nn.SCATTER_DENSITY)
+        for stride, dilation in ((1, 1), (2, 2)):
+            got = nn.conv2d(X, w, stride=stride, padding=1, dilation=dilation, groups=2, threads=1) \
+                if dims == 2 else nn.conv3d(X, w, stride=stride, padding=1, dilation=dilation, groups=2,
+                                            threads=1)
+            check(got, np_conv(x, w, (stride,) * dims, (1,) * dims, (dilation,) * dims, 2))

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .api import compile as compile_kernel
-from .errors import ArgumentError, ScheduleError, ShapeError
+from .errors import ArgumentError, FormatError, ScheduleError, ShapeError
 from .formats.format import Format, FormatLike, as_format
 from .formats.levels import Compressed, Dense
 from .kernel import Kernel
@@ -79,11 +79,14 @@ def _kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
 
 def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
          out_format: FormatLike | None, padding: bool, extents: dict[str, int],
-         threads: int | None, schedule: str | None = None) -> Tensor:
+         threads: int | None, schedule: str | None = None, scatter_sparse: bool = False) -> Tensor:
     """Compile ``text`` for the operands' formats (cached) and run it. With more than one
     thread the rows of the first spatial mode are walked per output row (``gather``, the
     default for 2-D and 3-D) and run in parallel, where the kernel has that loop (a batch of
-    one image has nothing else to share out)."""
+    one image has nothing else to share out). On one thread, ``scatter_sparse`` scatters
+    every stored input entry (``gather=()``) when the input ``I`` holds under
+    ``SCATTER_DENSITY`` of its coordinates (the loop-order study of
+    docs/benchmarks/convolutions.md: walking output rows pays only on denser inputs)."""
     formats = {n: t.format.to_string() for n, t in operands.items()}
     if out_format is not None:
         formats["O"] = as_format(out_format, len(out_shape)).to_string()
@@ -91,7 +94,33 @@ def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
     kernel = None
     if (threads if threads is not None else os.cpu_count() or 1) > 1:
         kernel = _row_parallel_kernel(*key, schedule)
+    elif scatter_sparse and density(operands["I"]) < SCATTER_DENSITY:
+        kernel = _scatter_kernel(*key, schedule)
     return (kernel or _kernel(*key, schedule)).run(operands, out_shape, threads)
+
+
+# below this fraction of stored input coordinates a convolution on one thread scatters every
+# input entry instead of walking output rows (measured crossover: between 20% and 50%)
+SCATTER_DENSITY = 0.3
+
+
+def density(t: Tensor) -> float:
+    """The fraction of ``t``'s coordinates it stores (1 for dense formats)."""
+    size = int(np.prod(t.shape, dtype=np.int64))
+    return 1.0 if t.format.is_dense or size == 0 else t.nnz / size
+
+
+@lru_cache(maxsize=256)
+def _scatter_kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
+                    extents: tuple[tuple[str, int], ...], schedule: str | None) -> Kernel | None:
+    """The kernel scattering every input entry (``gather=()``), or None (cached too) where
+    the operands' formats do not allow it."""
+    try:
+        kernel = _kernel(text, formats, padding, extents, schedule, ())
+        kernel.concrete  # noqa: B018 - a kernel that cannot be built fails here
+        return kernel
+    except (ScheduleError, FormatError):
+        return None
 
 
 @lru_cache(maxsize=256)
@@ -172,7 +201,8 @@ def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: A
             f"{_access('I', 'n', chan_in, reads, channels_last)} * {filt}")
     extents = {"g": groups, "k": kg} if groups > 1 else {}
     out_shape = (n, *sizes, k_out) if channels_last else (n, k_out, *sizes)
-    out = _run(text, {"I": I, "F": F}, out_shape, out_format, any(p), extents, threads)
+    out = _run(text, {"I": I, "F": F}, out_shape, out_format, any(p), extents, threads,
+               scatter_sparse=True)
     return _with_bias(out, bias, k_out, dims, channels_last)
 
 
