@@ -173,3 +173,21 @@ def test_index_set_errors_name_the_set() -> None:
     for bad, match in (([], "empty"), ([1.5], "holds 1.5"), ([-1], "holds -1"), ([[1]], "holds")):
         with pytest.raises(ArgumentError, match=match):
             i[bad]
+
+
+def test_every_set_shares_the_compiled_loops() -> None:
+    """evaluate and the DSL compile the plain assignment once; another set (or none) reuses
+    its loops instead of compiling again."""
+    rng = np.random.default_rng(8)
+    m = sp.random(20, 9, density=0.3, format="csr", random_state=9)
+    x = rng.standard_normal(9)
+    tensors = {"B": coiter.Tensor.from_scipy(m), "x": coiter.Tensor.from_numpy(x)}
+    cores = set()
+    for rows in ([1, 2], [19, 0, 19], list(range(20))):
+        text = f"y(i) = B({_spell('i', rows)},j) * x(j)"
+        kernel = coiter.api.kernel_for(coiter.parse(text), tensors, None)
+        cores.add(id(kernel.core))
+        check(coiter.evaluate(text, **tensors), m[rows] @ x)
+    assert len(cores) == 1
+    assert coiter.api.kernel_for(coiter.parse("y(i) = B(i,j) * x(j)"), tensors, None).core \
+        is coiter.api.kernel_for(coiter.parse("y(i) = B(i({3}),j) * x(j)"), tensors, None).core

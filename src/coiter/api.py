@@ -313,14 +313,20 @@ def kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatL
     formats: dict[str, FormatLike] = {n: t.format for n, t in tensors.items()}
     formats[a.lhs.tensor] = out
     fills = {n: t.fill_value for n, t in tensors.items() if t.fill_value != 0}
+    # index sets are data: the loops are those of the plain assignment, shared by every set
+    plain, gathers = split_index_sets(a)
+    for g, x in gathers.items():
+        formats[g] = formats[x.source]
+        if x.source in fills:
+            fills[g] = fills[x.source]
     # an operator's redefinition changes what the same text reduces with
-    key = (str(a), tuple(sorted((n, f.to_string()) for n, f in formats.items())),
+    key = (str(plain), tuple(sorted((n, f.to_string()) for n, f in formats.items())),
            tuple(sorted((n, fill_key(f)) for n, f in fills.items())), operators.generation)
     kernel = _kernels.get(key)
     if kernel is None:
-        kernel = compile(a, formats, fill_values=fills)
+        kernel = compile(plain, formats, fill_values=fills)
         _kernels[key] = kernel
-    return kernel
+    return kernel.with_gathers(gathers) if gathers else kernel
 
 
 _OPERAND_NAMES = tuple(f"T{n}" for n in range(64))  # einsum's n-th operand

@@ -40,6 +40,13 @@ class Kernel:
         self._plan: Any = None  # C call plan of the variant that ran last
         self._plans: dict[int, Bound | None] = {}  # per variant (id), None where there is none
 
+    def with_gathers(self, gathers: Mapping[str, Gather]) -> Kernel:
+        """This kernel's loops reading operands gathered through other index sets (the
+        compiled variants and their call plans are shared)."""
+        out = Kernel(self.core, gathers)
+        out._plans = self._plans
+        return out
+
     # -- introspection -------------------------------------------------------------------
     @property
     def assignment(self):
