@@ -104,3 +104,16 @@ def test_concrete_notation_is_printed() -> None:
     assert str(k.concrete) == "forall(i, where(y(i) = t0(), forall(j, t0() += A(i,j) * x(j))))"
     k = coiter.compile("A(i,j) = B(i,k) * C(k,j)", formats={"A": "ds", "B": "ds", "C": "ds"})
     assert "w0(j) += B(i,k) * C(k,j)" in str(k.concrete)
+
+
+def test_the_kernel_table_is_bounded(monkeypatch) -> None:
+    """Regression: every fresh DSL result name added a kernel that was never dropped."""
+    monkeypatch.setattr(coiter.api, "_KERNELS_MAX", 4)
+    monkeypatch.setattr(coiter.api, "_kernels", {})
+    i = coiter.IndexVar("i")
+    x = coiter.Tensor.from_numpy(np.arange(5.0))
+    for n in range(10):
+        y = coiter.Tensor((5,))
+        y[i] = x[i] * n
+        np.testing.assert_array_equal(y.to_numpy(), np.arange(5.0) * n)
+    assert len(coiter.api._kernels) == 4

@@ -27,6 +27,9 @@ AssignmentLike = str | Assignment
 ScheduleLike = str | Sequence[Command] | ConcreteProgram | None  # or "auto"
 
 _kernels: dict[tuple, Kernel] = {}
+# kernels kept by evaluate/einsum/the DSL: a loop naming a fresh result each time (DSL
+# Tensors get new names) must not hold every kernel it ever made
+_KERNELS_MAX = 1024
 # The kernel that last ran an evaluate()/einsum() call, keyed by the call's spelling: the
 # next call with the same spelling tries its C call plan first, which accepts only operands
 # of the formats and types that kernel was compiled for (so it is the kernel kernel_for
@@ -325,6 +328,8 @@ def kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatL
     kernel = _kernels.get(key)
     if kernel is None:
         kernel = compile(plain, formats, fill_values=fills)
+        if len(_kernels) >= _KERNELS_MAX:  # the oldest entry goes (its holders keep it)
+            _kernels.pop(next(iter(_kernels)))
         _kernels[key] = kernel
     return kernel.with_gathers(gathers) if gathers else kernel
 
