@@ -4,11 +4,11 @@ The loop a schedule parallelized over ``GPUBlock`` (it must be the function's ou
 GPU loop, at its top level) becomes a ``__global__`` kernel launched with one thread
 block per iteration (a lone ``GPUThread`` loop, with no ``GPUBlock`` loop, is spread over
 blocks of 256 of its iterations, or of 32 when they add into one location: TACO's
-``split(i,i0,i1,32),parallelize(i0,GPUThread,...)``); ``GPUWarp`` and ``GPUThread`` loops inside it become the warp index
-(``threadIdx.x / 32``) and the lane (``threadIdx.x % 32``; ``threadIdx.x`` without warp
-loops), guarded by the loop's bound; a GPUThread loop without a constant bound strides over
-the lanes instead. Every hardware thread runs the statements between
-GPU loops, so stores there are made by the first thread of the unbound units only.
+``split(i,i0,i1,32),parallelize(i0,GPUThread,...)``); ``GPUWarp`` and ``GPUThread`` loops
+inside it become the warp index (``threadIdx.x / 32``) and the lane (``threadIdx.x % 32``;
+``threadIdx.x`` without warp loops), guarded by the loop's bound; a GPUThread loop without a
+constant bound strides over the lanes instead. Every hardware thread runs the statements
+between GPU loops, so stores there are made by the first thread of the unbound units only.
 Atomic updates become ``atomicAdd``; a ``+=`` inside a ``GPUThread`` loop to a location
 that does not depend on the thread (the Temporary / ParallelReduction strategies)
 accumulates per lane and is combined with warp shuffles.
@@ -189,15 +189,20 @@ def _thread_grid(f: For) -> For:
 
 def _shared_sums(f: For) -> bool:
     """Whether ``f`` adds into a location that is the same for all its iterations."""
-    local = declared(f.body) | {f.var}
-    varying = local | assigned(f.body)
     for s in walk(f.body):
         a = s.stmt if isinstance(s, Pragma) else s
-        if isinstance(a, Assign) and a.op == "+=" and (
-                a.target.name not in local if isinstance(a.target, Var)
-                else not names(a.target.index) & varying):
+        if isinstance(a, Assign) and a.op == "+=" and not _per_iteration(a.target, f):
             return True
     return False
+
+
+def _per_iteration(target: IRExpr, f: For) -> bool:
+    """Whether ``target`` (a variable or an array element) differs between iterations of
+    ``f``: declared in its body, or indexed by what its body declares or assigns."""
+    local = declared(f.body) | {f.var}
+    if isinstance(target, Var):
+        return target.name in local
+    return bool(names(target.index) & (local | assigned(f.body)))
 
 
 def _inside(s: IRStmt, outer: IRStmt) -> bool:
@@ -370,15 +375,13 @@ class _Kernel:
     def reduce(self, f: For) -> tuple[Block, list[IRStmt], list[IRStmt]]:
         """Accumulations in ``f`` to a location every thread shares: the body adding into
         per-lane accumulators, their declarations, and the warp sums and updates after."""
-        local = declared(f.body) | {f.var}
-        varying = local | assigned(f.body)
         shared: dict[IRExpr, tuple[str, bool]] = {}
         for s in walk(f.body):
             atomic = isinstance(s, Pragma)
             a = s.stmt if atomic else s
             if not (isinstance(a, Assign) and a.op == "+=") or a.target in shared:
                 continue
-            if a.target.name in local if isinstance(a.target, Var) else names(a.target.index) & varying:
+            if _per_iteration(a.target, f):
                 continue  # a different location per iteration
             if _reads(f.body, a.target):
                 continue  # the partial value is used inside the loop: not a reduction

@@ -3,13 +3,13 @@ concatenation.
 
 ``slice_storage`` is what ``Tensor[0:5, :]`` and ``Tensor[3]`` do; ``gather_storage`` reads
 a mode at a list of coordinates (an index set's operand, ``Tensor[[3, 0, 3]]`` through
-``index_storage``); ``concatenate`` joins tensors along one mode. Both keep the format where the result can have it. A range of the
-first mode of a format of dense and compressed levels (CSR, DCSR, CSF, dense arrays) is
-sliced without copying the value array or the coordinates below the first level: only the
-positions of the levels below are rebased (``O(rows)``; ``O(log nnz)`` more to find the
-range in a compressed first level); joining such row blocks appends their arrays
-(``O(nnz)``, how Dask's ``compute`` assembles a CSR result). Anything else goes through the
-coordinates (``O(nnz log nnz)``).
+``index_storage``); ``concatenate`` joins tensors along one mode. They keep the format where
+the result can have it. A range of the first mode of a format of dense and compressed levels
+(CSR, DCSR, CSF, dense arrays) is sliced without copying the value array or the coordinates
+below the first level: only the positions of the levels below are rebased (``O(rows)``;
+``O(log nnz)`` more to find the range in a compressed first level); joining such row blocks
+appends their arrays (``O(nnz)``, how Dask's ``compute`` assembles a CSR result). Anything
+else goes through the coordinates (``O(nnz log nnz)``).
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def index_storage(st: Storage, key: Any) -> Storage:
         raise ShapeError(f"too many indices for a tensor of order {len(st.shape)}: {key!r}")
     picks = np.asarray(given[at])
     dim = st.shape[mode]
-    if picks.ndim != 1 or picks.dtype.kind not in "biu" and picks.size:
+    if picks.ndim != 1 or (picks.dtype.kind not in "biu" and picks.size):  # [] is an empty pick
         raise ArgumentError(f"mode {mode}: an index array is a 1-D list of integers or booleans, "
                             f"got {given[at]!r}")
     if picks.dtype.kind == "b":

@@ -5,7 +5,7 @@ An index set picks coordinates of a mode by a list, NumPy's ``b[[1, 3, 5]]`` (TA
 access that has one by a plain access to an operand of its own, and records which mode of
 which operand it gathers. When the kernel is called those operands are built by gathering the
 selected entries (:func:`coiter.formats.slicing.gather_storage`), so the compiled loops are
-the plain expression's and the same kernel serves every set of a given length.
+the plain expression's and the same kernel serves every set.
 """
 from __future__ import annotations
 
