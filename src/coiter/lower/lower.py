@@ -687,11 +687,12 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         decl = self.decls[lhs.tensor]
         op = "+=" if s.accumulate else "="
         if decl.role == "temp" and decl.order == 0:
-            t, value = Var(self.cn[lhs.tensor]), self.expr(s.rhs, scope)
+            t = Var(self.cn[lhs.tensor])
             if s.accumulate and reducer(decl.reducer).defined:
                 # a user's operator folds by its body: t = op(t, value)
                 folded = OPERATORS[decl.reducer].expand([Access(lhs.tensor, ()), s.rhs])
                 return out + [self._write(lhs, IRAssign(t, self.expr(folded, scope, self.dtypes[lhs.tensor])))]
+            value = self.expr(s.rhs, scope)
             if s.accumulate and decl.reducer != "sum":
                 return out + [self._write(lhs, self._fold(decl.reducer, t, value, self.dtypes[lhs.tensor]))]
             return out + [self._write(lhs, IRAssign(t, value, op))]

@@ -118,8 +118,7 @@ def define(signature: str, body: str, *, identity: Number | None = None,
     generation += 1
     if identity is not None and _reduces(op):
         DEFINED[name] = Reducer(name, None, idempotent=_idempotent(op),
-                                logical=isinstance(op.value(1.0, 0.0), np.bool_), start=identity,
-                                defined=True)
+                                logical=isinstance(op.value(1.0, 0.0), np.bool_), start=identity)
     else:
         DEFINED.pop(name, None)
     return op

@@ -23,7 +23,7 @@ from .ast import Expr, IndexVar, Reduction, as_expr
 @dataclass(frozen=True)
 class Reducer:
     """A reduction operator: its name in expressions, the binary ufunc it folds with
-    (None for a user's operator, whose body folds: ``defined``), whether it is idempotent
+    (None for a user's operator, whose body folds), whether it is idempotent
     (``min(x, x) == x``: a value counts once however often it is folded in) and whether
     it yields bools (``any``, ``all``); ``start`` is a user's operator's identity."""
 
@@ -32,11 +32,17 @@ class Reducer:
     idempotent: bool
     logical: bool = False
     start: bool | int | float | None = None
-    defined: bool = False
+
+    @property
+    def defined(self) -> bool:
+        """Whether this is an operator the user defined (its body folds)."""
+        return self.ufunc is None
 
     @property
     def neutral(self) -> Any:
-        """The identity as a number of no particular type (``inf`` for ``min``)."""
+        """The identity where it is one number for every type (0 for ``sum``, 1 for
+        ``prod``, a user's ``start``); None for ``min`` and ``max``, whose identity
+        depends on the type (:meth:`identity`)."""
         return self.start if self.ufunc is None else self.ufunc.identity
 
     def identity(self, dtype: Any) -> bool | int | float:
