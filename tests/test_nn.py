@@ -181,17 +181,19 @@ def test_bad_calls(call, message) -> None:
 
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dims", [1, 2, 3])
-def test_submanifold_conv_keeps_the_input_sites(dims: int) -> None:
+def test_submanifold_conv_keeps_the_input_sites(dims: int, threads: int) -> None:
     """Each active site gets the sum over the centred filter of its active neighbours; no
-    other site is stored."""
+    other site is stored. The result is written at the sites' positions, so the rows of
+    sites run on threads (regression: assembling the sparse result kept the kernel serial)."""
     rng = np.random.default_rng(5 + dims)
     spatial = (9, 8, 7)[:dims]
     active = rng.random(spatial) < 0.15
     x = np.zeros((1, *spatial, 3))
     x[0][active] = rng.standard_normal((int(active.sum()), 3))
     w, b = rng.standard_normal((4, 3, *(3,) * dims)), rng.standard_normal(4)
-    got = nn.submanifold_conv(tensor(x, "d" + "s" * dims + "d"), w, b)
+    got = nn.submanifold_conv(tensor(x, "d" + "s" * dims + "d"), w, b, threads=threads)
     full = np_conv(np.moveaxis(x, -1, 1), w, (1,) * dims, (1,) * dims, (1,) * dims, 1)
     expected = np.moveaxis(full, 1, -1) + b
     expected[0][~active] = 0
@@ -199,7 +201,12 @@ def test_submanifold_conv_keeps_the_input_sites(dims: int) -> None:
     assert got.nnz == active.sum() * 4
     # the same sites as a mask shared by layers, from a dense input converted on the way
     mask = nn.sites(tensor(x, "d" + "s" * dims + "d"))
-    check(nn.submanifold_conv(x, w, mask=mask), expected - np.where(expected != 0, b, 0))
+    got = nn.submanifold_conv(x, w, mask=mask, threads=threads)
+    check(got, expected - np.where(expected != 0, b, 0))
+    # 2-D and 3-D walk the sites outermost and write at their positions, over the mask's
+    # index arrays (1-D scatters the input's entries and assembles)
+    assert dims == 1 or all(np.shares_memory(arr, mask.storage.levels[k][name])
+                            for k in range(1, dims + 1) for name, arr in got.storage.levels[k].items())
     with pytest.raises(ShapeError, match="odd taps"):
         nn.submanifold_conv(x, w[..., :2])
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import coiter
 import coiter.kernel
+from coiter.errors import ArgumentError
 from helpers import random_array
 
 
@@ -105,6 +107,55 @@ def test_scheduled_kernels_share_while_the_operands_loops_stay_outermost() -> No
     A = k(B=B, c=c)
     np.testing.assert_allclose(A.to_numpy(), expected, rtol=1e-12)
     assert not _shares_any(A, B)
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(0, 12), cols=st.integers(1, 12), da=st.floats(0, 1), db=st.floats(0, 1),
+       seed=st.integers(0, 2**16), threads=st.sampled_from([1, 2]))
+def test_pattern_of_keeps_an_operands_pattern_where_others_are_sparse(rows, cols, da, db, seed,
+                                                                        threads) -> None:
+    """``pattern_of="A"``: A∘B of two CSR matrices keeps all of A's entries (zeros where B
+    is absent), written in place over A's arrays, its rows on threads."""
+    rng = np.random.default_rng(seed)
+    a, b = random_array(rng, (rows, cols), da), random_array(rng, (rows, cols), db)
+    A, B = coiter.Tensor.from_numpy(a, format="csr"), coiter.Tensor.from_numpy(b, format="csr")
+    k = coiter.compile("C(i,j) = A(i,j) * B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                       pattern_of="A", schedule="parallelize(i,CPUThread,NoRaces)")
+    C = k(A=A, B=B, threads=threads)
+    np.testing.assert_allclose(C.to_numpy(), a * b, rtol=1e-12)
+    assert C.nnz == A.nnz and (_shares(C, A, 2) or not A.nnz)  # no memory in empty arrays
+    # without it the result is assembled: the entries both store
+    plain = coiter.compile("C(i,j) = A(i,j) * B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
+    assert plain(A=A, B=B).nnz == np.count_nonzero((a != 0) & (b != 0))
+
+
+@pytest.mark.parametrize("loop", ["i", "j"])
+def test_pattern_of_first_levels_with_a_sparse_factor_in_parallel(loop: str) -> None:
+    """TTM with a CSR matrix: the result takes B's first two levels (its dense last level
+    below), and either of those loops runs on threads."""
+    rng = np.random.default_rng(4)
+    b, c = random_array(rng, (9, 8, 10), 0.3), random_array(rng, (10, 5), 0.3)
+    B = coiter.Tensor.from_numpy(b, format="sss")
+    k = coiter.compile("A(i,j,l) = B(i,j,k) * C(k,l)", formats={"B": "sss", "C": "csr", "A": "ssd"},
+                       pattern_of="B", schedule=f"parallelize({loop},CPUThread,NoRaces)")
+    expected = np.einsum("ijk,kl->ijl", b, c)
+    for threads in (1, 2):
+        A = k(B=B, C=coiter.Tensor.from_numpy(c, format="csr"), threads=threads)
+        np.testing.assert_allclose(A.to_numpy(), expected, rtol=1e-12)
+        assert _shares(A, B, 2)
+
+
+@pytest.mark.parametrize("expr,kwargs,message", [
+    ("A(i,j,l) = B(i,j,k) * C(k,l)", {"pattern_of": "X"}, "must name an operand"),
+    ("A(i,j,l) = B(i,j,k) * C(k,l)", {"pattern_of": "A"}, "must name an operand"),
+    ("A(i,j,l) = B(i,j,k) * C(k,l)", {"pattern_of": "C"}, "C is not one"),
+    ("A(i,j,l) = B(i,j,k) + D(i,j,l)", {"pattern_of": "B"}, "B is not one"),
+    ("A(i,j,l) = B(i,j,k) * C(k,l)", {"pattern_of": "B", "fill_values": {"C": 1.0}}, "fill value"),
+])
+def test_pattern_of_errors(expr, kwargs, message) -> None:
+    formats = {"B": "sss", "C": "csr", "A": "ssd", "D": "sss"}
+    with pytest.raises(ArgumentError, match=message):
+        coiter.compile(expr, formats={n: f for n, f in formats.items() if f"{n}(" in expr}, **kwargs)
 
 
 @pytest.mark.parametrize("expr,formats,shapes,ref,collapsed", [

@@ -115,6 +115,7 @@ def compile(
     count_iterations: bool = False,
     gather: Sequence[str] | None = None,
     fill_values: Mapping[str, Any] | None = None,
+    pattern_of: str | None = None,
 ) -> Kernel:
     """Compile an assignment for the given formats (unnamed tensors are dense).
 
@@ -151,6 +152,11 @@ def compile(
     The loops visit only where those values do not decide the result, and a sparse result
     takes the fill the right-hand side has where no operand is stored (docs/language.md,
     "Fill values"). Operands must then come with those fills (``Tensor.with_fill``).
+    ``pattern_of`` names an operand, a factor of the whole right-hand side, whose pattern
+    a sparse result takes (its first levels, dense ones below them): the result has an
+    entry at each of its positions, zero where the other factors are absent, and is
+    written in place (no assembly), so its loops can run in parallel. A submanifold
+    convolution keeps its input's sites this way (:func:`coiter.nn.submanifold_conv`).
     """
     a, aliases = _prepare(_as_assignment(assignment))
     a, gathers = split_index_sets(a)
@@ -183,6 +189,8 @@ def compile(
     names = {v.name for x in [a.lhs, *accesses(a.rhs)] for v in x.index_vars}
     if gather is not None and (isinstance(gather, str) or any(g not in names for g in gather)):
         raise ArgumentError(f"gather must list index variables of {a}, got {gather!r}")
+    if pattern_of is not None and pattern_of not in {x.tensor for x in accesses(a.rhs)}:
+        raise ArgumentError(f"pattern_of must name an operand of {a}, got {pattern_of!r}")
     for name, size in (extents or {}).items():
         if name not in names:
             raise ArgumentError(f"extents: {name!r} is no index variable of {a}")
@@ -197,8 +205,8 @@ def compile(
     kernel = Kernel(StorageKernel(a, fmts, check_dtype(dtype or np.float64), aliases, commands, target,
                                   fast_math, workspace, workspace_memory, padding, extents,
                                   count_iterations, None if gather is None else tuple(gather),
-                                  fills), gathers)
-    if kernel.schedule:
+                                  fills, pattern_of), gathers)
+    if kernel.schedule or pattern_of is not None:
         kernel.concrete  # apply the schedule now, so a bad one fails at compile time
     return kernel
 

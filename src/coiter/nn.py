@@ -71,15 +71,16 @@ def _access(name: str, batch: str, channel: str, spatial: list[str], channels_la
 
 @lru_cache(maxsize=256)
 def _kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
-            extents: tuple[tuple[str, int], ...], schedule: str | None,
+            extents: tuple[tuple[str, int], ...], pattern_of: str | None, schedule: str | None,
             gather: tuple[str, ...] | None = None) -> Kernel:
     return compile_kernel(text, dict(formats), padding=padding, extents=dict(extents),
-                          schedule=schedule, gather=gather)
+                          schedule=schedule, gather=gather, pattern_of=pattern_of)
 
 
 def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
          out_format: FormatLike | None, padding: bool, extents: dict[str, int],
-         threads: int | None, schedule: str | None = None, scatter_sparse: bool = False) -> Tensor:
+         threads: int | None, schedule: str | None = None, scatter_sparse: bool = False,
+         pattern_of: str | None = None) -> Tensor:
     """Compile ``text`` for the operands' formats (cached) and run it. With more than one
     thread the rows of the first spatial mode are walked per output row (``gather``, the
     default for 2-D and 3-D) and run in parallel, where the kernel has that loop (a batch of
@@ -90,7 +91,7 @@ def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
     formats = {n: t.format.to_string() for n, t in operands.items()}
     if out_format is not None:
         formats["O"] = as_format(out_format, len(out_shape)).to_string()
-    key = (text, tuple(sorted(formats.items())), padding, tuple(sorted(extents.items())))
+    key = (text, tuple(sorted(formats.items())), padding, tuple(sorted(extents.items())), pattern_of)
     kernel = None
     if (threads if threads is not None else os.cpu_count() or 1) > 1:
         kernel = _row_parallel_kernel(*key, schedule)
@@ -112,11 +113,12 @@ def density(t: Tensor) -> float:
 
 @lru_cache(maxsize=256)
 def _scatter_kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
-                    extents: tuple[tuple[str, int], ...], schedule: str | None) -> Kernel | None:
+                    extents: tuple[tuple[str, int], ...], pattern_of: str | None,
+                    schedule: str | None) -> Kernel | None:
     """The kernel scattering every input entry (``gather=()``), or None (cached too) where
     the operands' formats do not allow it."""
     try:
-        kernel = _kernel(text, formats, padding, extents, schedule, ())
+        kernel = _kernel(text, formats, padding, extents, pattern_of, schedule, ())
         kernel.concrete  # noqa: B018 - a kernel that cannot be built fails here
         return kernel
     except (ScheduleError, FormatError):
@@ -125,12 +127,14 @@ def _scatter_kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bo
 
 @lru_cache(maxsize=256)
 def _row_parallel_kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
-                         extents: tuple[tuple[str, int], ...], schedule: str | None) -> Kernel | None:
+                         extents: tuple[tuple[str, int], ...], pattern_of: str | None,
+                         schedule: str | None) -> Kernel | None:
     """The kernel with the first spatial mode's output rows on threads, or None (cached
     too) when it has no such loop or its iterations would share outputs."""
     rows = f"parallelize({_SPATIAL[0]},CPUThread,NoRaces)"
     try:
-        return _kernel(text, formats, padding, extents, f"{schedule},{rows}" if schedule else rows,
+        return _kernel(text, formats, padding, extents, pattern_of,
+                       f"{schedule},{rows}" if schedule else rows,
                        (_SPATIAL[0],))
     except ScheduleError:
         return None
@@ -426,7 +430,9 @@ def submanifold_conv(input: Any, weight: Any, bias: Any = None, dilation: Any = 
             f"* F({','.join(tap_vars)},c,k)")
     operands = {"M": M, "I": I, "F": Tensor.from_numpy(F, name="F")}
     # each neighbour's channel scales a contiguous row of filter into the outputs
-    out = _run(text, operands, (*I.shape[:-1], k_out), fmt, True, {}, threads, "reorder(c,k)")
+    # the result takes M's sites (M's levels, no assembly): the rows of sites run in parallel
+    out = _run(text, operands, (*I.shape[:-1], k_out), fmt, True, {}, threads, "reorder(c,k)",
+               pattern_of="M")
     if bias is not None:
         b = np.asarray(bias)
         if b.shape != (k_out,):

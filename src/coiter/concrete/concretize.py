@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import FormatError, PerformanceWarning
+from ..errors import ArgumentError, FormatError, PerformanceWarning
 from ..formats.format import Format, coo, dense
 from ..formats.levels.workspace import WorkspaceList
 from ..formats.workspaces import DENSE, policy_names
@@ -170,18 +170,10 @@ def _vars_incl_temps(e: Expr, temps: list[_Temp]) -> set[IndexVar]:
     return out
 
 
-def _pattern_operand(a: Assignment, formats: Mapping[str, Format]) -> tuple[str, int] | None:
-    """An operand whose stored pattern gives the result's: a factor of the whole right-hand
-    side, every other operand dense, whose first levels are the result's first levels
-    (same level formats over the same index variables) with only dense result levels
-    below them. The result then has an entry wherever that operand has a position in
-    those levels; returns the operand and the number of levels shared. Shared levels
-    above the last must be unique (one result entry per coordinate)."""
-    result = formats[a.lhs.tensor]
-    if all(lv.has_insert for lv in result.levels) or result.layout is not None:
-        return None
+def _factors(e: Expr) -> list[Expr]:
+    """The factors of product ``e``, through sums over variables a factor lacks."""
     factors: list[Expr] = []
-    stack: list[Expr] = [a.rhs]
+    stack: list[Expr] = [e]
     while stack:
         e = stack.pop()
         if isinstance(e, Mul):
@@ -190,22 +182,55 @@ def _pattern_operand(a: Assignment, formats: Mapping[str, Format]) -> tuple[str,
             stack.append(e.body)
         else:
             factors.append(e)
-    for f in factors:
-        if not isinstance(f, Access) or formats[f.tensor].layout is not None:
-            continue
-        others = [x for x in accesses(a.rhs) if x is not f]
-        if not all(x.tensor != f.tensor and all(lv.full for lv in formats[x.tensor].levels) for x in others):
-            continue
-        fmt = formats[f.tensor]
-        shared = 0
-        while (shared < min(fmt.order, result.order) and fmt.levels[shared] == result.levels[shared]
-               and f.indices[fmt.ordering[shared]] == a.lhs.indices[result.ordering[shared]]):
-            shared += 1
-        if shared == result.order and shared == fmt.order:
-            return f.tensor, shared  # the whole pattern
-        below_dense = all(lv.full and lv.has_insert for lv in result.levels[shared:])
-        if shared and below_dense and all(lv.unique for lv in fmt.levels[:shared]):
-            return f.tensor, shared
+    return factors
+
+
+def _pattern_operand(a: Assignment, formats: Mapping[str, Format],
+                     forced: str | None = None) -> tuple[str, int] | None:
+    """An operand whose stored pattern gives the result's: a factor of the whole right-hand
+    side, every other operand dense, whose first levels are the result's first levels
+    (same level formats over the same index variables) with only dense result levels
+    below them. The result then has an entry wherever that operand has a position in
+    those levels; returns the operand and the number of levels shared. Shared levels
+    above the last must be unique (one result entry per coordinate). ``forced`` names the
+    operand to take where other operands are sparse too (the result then stores zeros
+    where they are absent); one that does not qualify is an ArgumentError."""
+    result = formats[a.lhs.tensor]
+    found = None
+    if not all(lv.has_insert for lv in result.levels) and result.layout is None:
+        for f in _factors(a.rhs):
+            if not isinstance(f, Access) or formats[f.tensor].layout is not None or \
+                    (forced is not None and f.tensor != forced):
+                continue
+            others = [x for x in accesses(a.rhs) if x is not f]
+            if any(x.tensor == f.tensor for x in others) or (forced is None and not all(
+                    all(lv.full for lv in formats[x.tensor].levels) for x in others)):
+                continue
+            found = _levels_shared(a, formats, result, f)
+            if found is not None:
+                break
+    if found is None and forced is not None:
+        raise ArgumentError(
+            f"pattern_of={forced!r}: the result {a.lhs.tensor} ({result}) takes the pattern of an "
+            "operand read once, as a factor of the whole right-hand side, whose first levels are "
+            "the result's (same level formats over the same index variables) with only dense "
+            f"levels below them; {forced} is not one")
+    return found
+
+
+def _levels_shared(a: Assignment, formats: Mapping[str, Format], result: Format,
+                   f: Access) -> tuple[str, int] | None:
+    """``f``'s tensor and how many of its first levels the result shares, or None."""
+    fmt = formats[f.tensor]
+    shared = 0
+    while (shared < min(fmt.order, result.order) and fmt.levels[shared] == result.levels[shared]
+           and f.indices[fmt.ordering[shared]] == a.lhs.indices[result.ordering[shared]]):
+        shared += 1
+    if shared == result.order and shared == fmt.order:
+        return f.tensor, shared  # the whole pattern
+    below_dense = all(lv.full and lv.has_insert for lv in result.levels[shared:])
+    if shared and below_dense and all(lv.unique for lv in fmt.levels[:shared]):
+        return f.tensor, shared
     return None
 
 
@@ -220,6 +245,7 @@ def concretize(
     padded: bool = False,
     gather: frozenset[IndexVar] | None = None,
     fills: Mapping[str, Any] | None = None,
+    pattern_of: str | None = None,
 ) -> ConcreteProgram:
     """Turn an assignment whose reductions are explicit into concrete index notation.
 
@@ -234,12 +260,13 @@ def concretize(
     (None: the default choice, :func:`coiter.concrete.equations.default_gather`).
     ``fills`` gives the value of the entries a tensor does not store (0 by default; the
     result's, where it is sparse: the value the right-hand side takes where no operand
-    is stored).
+    is stored). ``pattern_of`` names an operand whose pattern the result takes though other
+    operands are sparse (:func:`_pattern_operand`).
     """
     lhs = assignment.lhs
     fills = dict(fills or {})
     terms = _sequenced_terms(assignment, formats)
-    if terms is not None:
+    if terms is not None and pattern_of is None:  # a sum: no operand's pattern is the result's
         return _sequence(assignment, terms, formats, dtypes, result_dtype, workspace,
                          equations, padded, gather, fills)
     assignment = replace(assignment, rhs=_wrap(*_hoist(assignment.rhs)))
@@ -257,7 +284,10 @@ def concretize(
     decls: dict[str, TensorDecl] = {}
     fills.update({new: fills.get(old, 0) for new, old in plan.converted.items()})
     # a result over an operand's pattern is zero where the operand is absent
-    pattern = _pattern_operand(assignment, formats) if not any(fills.values()) else None
+    if pattern_of is not None and any(fills.values()):
+        raise ArgumentError(f"pattern_of={pattern_of!r}: a result over an operand's pattern is zero "
+                            "where the operand is absent, so no operand may have a nonzero fill value")
+    pattern = _pattern_operand(assignment, formats, pattern_of) if not any(fills.values()) else None
     for name, fmt in formats.items():
         role = "result" if name == lhs.tensor else "input"
         shares = role == "result" and pattern is not None

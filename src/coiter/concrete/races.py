@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..notation.ast import Access, IndexVar
+from ..notation.ast import Access, IndexVar, accesses
 from .provenance import Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Split
-from .stmt import Assign, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts
+from .stmt import Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts
 
 
 def distinct_vars(prov: Provenance, v: IndexVar, decls: Mapping[str, TensorDecl]) -> frozenset[IndexVar]:
@@ -73,6 +73,31 @@ def row_assembly(loop: Forall, decls: Mapping[str, TensorDecl]) -> bool:
     elif not all(lv.has_append and lv.branchless for lv in levels[2:]):
         return False
     return all(a.indices[decl.format.ordering[0]] == loop.var for a in writes)
+
+
+def shared_pattern(prog: ConcreteProgram, target: str = "c") -> Access | None:
+    """The access of the operand whose pattern the result takes (written at its positions,
+    nothing assembled), or None. A result sharing all its levels always does; one sharing
+    only its first levels (dense ones below) needs the loops over those levels of the
+    operand outermost, in order, over original variables, and the C back end."""
+    decl = prog.tensors[prog.result]
+    if decl.pattern_of is None:
+        return None
+    operand = next(a for st in walk_stmts(prog.stmt) if isinstance(st, Assign)
+                   for a in accesses(st.rhs) if a.tensor == decl.pattern_of)
+    fmt = prog.tensors[operand.tensor].format
+    if decl.pattern_levels == decl.order == fmt.order:
+        return operand
+    if target != "c":
+        return None
+    prov = Provenance(prog.env.relations)
+    s: Stmt = prog.stmt
+    for k in range(decl.pattern_levels):
+        if not isinstance(s, Forall) or s.var != operand.indices[fmt.ordering[k]] or \
+                prov.defining(s.var) is not None:
+            return None
+        s = s.body
+    return operand
 
 
 def _produced_inside(body: Stmt) -> set[str]:

@@ -24,7 +24,7 @@ from ..notation.ast import (
 )
 from ..notation.functions import zero_at
 from .provenance import BOUND_KINDS, Bound, Coord, Divide, Fuse, Pos, Precomputed, Provenance, Solved, Split
-from .races import races, row_assembly, scatter_loops
+from .races import races, row_assembly, scatter_loops, shared_pattern
 from .commands import Command
 from .stmt import (
     PARALLEL_UNITS, RACE_STRATEGIES, Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt,
@@ -461,7 +461,8 @@ def _parallelize(prog: ConcreteProgram, cmd: Command, i: Any, unit: Any, race: A
     prov = Provenance(prog.env.relations)
     scattering = scatter_loops(prog.stmt, prog.tensors)
     for loop in (s for s in walk_stmts(prog.stmt) if isinstance(s, Forall) and s.var == v):
-        check_races(prov, loop, prog.tensors, unit, race, str(cmd), scatters=id(loop) in scattering)
+        check_races(prov, loop, prog.tensors, unit, race, str(cmd), scatters=id(loop) in scattering,
+                    shared=shared_pattern(prog) is not None)
         inner = {s.unit for s in walk_stmts(loop.body) if isinstance(s, Forall)}
         if unit == "CPUVector" and "CPUThread" in inner:
             raise ScheduleError(f"{cmd}: a vector loop cannot contain a thread-parallel loop")
@@ -482,17 +483,20 @@ def _loops_with_paths(s: Stmt, path: tuple[Forall, ...] = ()):
 
 
 def check_races(prov: Provenance, loop: Forall, decls, unit: str, race: str, why: str,
-                scatters: bool = False) -> None:
+                scatters: bool = False, shared: bool = False) -> None:
     """The race strategy's preconditions for running ``loop`` in parallel; ``scatters``:
-    the loop may give its threads sparse workspaces of their own (:func:`scatter_loops`)."""
+    the loop may give its threads sparse workspaces of their own (:func:`scatter_loops`);
+    ``shared``: the result is written at an operand's positions (:func:`shared_pattern`, on
+    the C back end's threads)."""
     if unit == "NotParallel":
         return
     # rows of a CSR-like, DCSR, COO or CSF result are assembled into per-thread buffers
     # (workspaces too)
     rows = unit == "CPUThread" and prov.defining(loop.var) is None and row_assembly(loop, decls)
+    shared = shared and unit == "CPUThread"
     for s in walk_stmts(loop.body):
         decl = decls[s.lhs.tensor] if isinstance(s, Assign) else None
-        if decl is not None and decl.role == "result" and not rows and not random_writes(decl):
+        if decl is not None and decl.role == "result" and not (rows or shared or random_writes(decl)):
             raise ScheduleError(f"{why}: iterations would append to the sparse result "
                                 f"{decl.name} ({decl.format}) concurrently; results are assembled "
                                 "in parallel only by the loop over their first mode, when that "

@@ -22,7 +22,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from ..concrete.provenance import Bound, Provenance, Split
-from ..concrete.races import races
+from ..concrete.races import races, shared_pattern
 from ..concrete.stmt import (
     Assign, ConcreteProgram, Forall, Multi, Sequence, Stmt, TensorDecl, Where, walk_stmts,
 )
@@ -461,31 +461,11 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         rdecl = self.decls[self.result]
         # a result sharing an operand's first levels is written at that operand's positions
         # (dense levels below them by insert) and takes those levels' arrays: nothing to
-        # assemble. Sharing only some levels needs the operand's loops over those levels
-        # outermost, as concretize orders them (a schedule may move them), and the C back
-        # end (CUDA sizes values by the operand's).
-        self.shared: Access | None = None
+        # assemble (:func:`shared_pattern` says when)
+        self.shared = shared_pattern(prog, target) if mode == "fused" else None
         self.shared_levels = rdecl.pattern_levels
-        if rdecl.pattern_of is not None and mode == "fused":
-            operand = next(a for st in walk_stmts(prog.stmt) if isinstance(st, Assign)
-                           for a in _stmt_accesses(st) if a.tensor == rdecl.pattern_of)
-            whole = rdecl.pattern_levels == rdecl.order == self.decls[operand.tensor].order
-            if whole or (target == "c" and self._outermost(operand, rdecl.pattern_levels)):
-                self.shared = operand
         self.result_allocated = not rdecl.format.is_dense and self.shared is None
         self.groups = [] if self.shared is not None else self._result_groups(rdecl)
-
-    def _outermost(self, a: Access, levels: int) -> bool:
-        """Whether the outermost loops walk the first ``levels`` levels of ``a``, in order,
-        over original (not derived) variables."""
-        fmt = self.decls[a.tensor].format
-        s: Stmt = self.prog.stmt
-        for k in range(levels):
-            if not isinstance(s, Forall) or s.var != a.indices[fmt.ordering[k]] or \
-                    self.prov.defining(s.var) is not None:
-                return False
-            s = s.body
-        return True
 
     # -- naming --------------------------------------------------------------------------
     def _unique(self, base: str) -> str:

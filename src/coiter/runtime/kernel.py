@@ -174,6 +174,7 @@ class StorageKernel:
         count_iterations: bool = False,
         gather: tuple[str, ...] | None = None,
         fills: Mapping[str, Any] | None = None,
+        pattern_of: str | None = None,
     ) -> None:
         if workspace not in (AUTO, *policy_names()):
             raise FormatError(f"unknown workspace {workspace!r}: choose one of "
@@ -197,6 +198,8 @@ class StorageKernel:
         # result variables whose compound subscripts are walked per output, not scattered
         # (None: concretize's default choice)
         self.gather = None if gather is None else tuple(gather)
+        # an operand whose pattern the result takes though others are sparse (concretize)
+        self.pattern_of = pattern_of
         # C kernels count their loop iterations; the count of the last call
         self.count_iterations = count_iterations
         self.iterations: int | None = None
@@ -287,7 +290,7 @@ class StorageKernel:
                               equations=self.equations, padded=self.padding,
                               gather=None if self.gather is None else
                               frozenset(IndexVar(n) for n in self.gather),
-                              fills=self.typed_fills(all_dtypes))
+                              fills=self.typed_fills(all_dtypes), pattern_of=self.pattern_of)
             for command in commands:
                 prog = apply_command(prog, command)
             self._programs[key] = prog
@@ -483,7 +486,8 @@ class StorageKernel:
                                       padding=self.padding,
                                       extents={v.name: e for v, e in self.extents.items()},
                                       count_iterations=self.count_iterations,
-                                      gather=self.gather, fills=self.fills).run(
+                                      gather=self.gather, fills=self.fills,
+                                      pattern_of=self.pattern_of).run(
                     storages, mode, pattern, result_shape, threads)[0])
         dims = self.dims({n: s.shape for n, s in storages.items()}, result_shape)
         rshape = tuple(dims[v] for v in self.plain.lhs.indices)
