@@ -158,11 +158,16 @@ def test_depthwise(fmt: str) -> None:
     check(nn.conv2d(tensor(x, fmt), w, padding=1, groups=3), np_conv(x, w, (1, 1), (1, 1), (1, 1), 3))
 
 
-def test_sparse_filter() -> None:
+@pytest.mark.parametrize("form", ["ssss", "dddd", "array", "list"])
+def test_filters_in_any_form(form: str) -> None:
+    """A sparse or dense Tensor, an array or nested lists: the same convolution; the
+    second call with another weight of the same shape reuses the cached plan."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((1, 3, 8, 8))
-    w = random_array(rng, (4, 3, 3, 3), 0.3)
-    check(nn.conv2d(x, tensor(w, "ssss"), stride=2), np_conv(x, w, (2, 2), (0, 0), (1, 1), 1))
+    for _ in range(2):
+        w = random_array(rng, (4, 3, 3, 3), 0.3)
+        weight = w if form == "array" else w.tolist() if form == "list" else tensor(w, form)
+        check(nn.conv2d(x, weight, stride=2), np_conv(x, w, (2, 2), (0, 0), (1, 1), 1))
 
 
 @pytest.mark.parametrize("call, message", [

@@ -705,3 +705,17 @@ def test_pickled_tensor_does_not_carry_this_process_addresses() -> None:
     out = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(A),
                          capture_output=True, check=True)
     np.testing.assert_allclose(eval(out.stdout.decode()), a @ x)
+
+
+@pytest.mark.parametrize("text", ["dsss", "ds:1,0", "dd", "csr", "dia", "ell", "uq"])
+def test_format_answers_cached_on_first_use_agree_with_a_fresh_format(text: str) -> None:
+    """Formats cache their string, hash and density (asked on every call): equal formats,
+    built again, pickled or cached first, still compare, hash and print alike."""
+    a = as_format(text, 2 if text in ("ds:1,0", "dd", "csr", "dia", "ell", "uq") else 4)
+    first = (a.to_string(), hash(a), a.is_dense)
+    b = pickle.loads(pickle.dumps(a))
+    c = Format(a.levels, None if a.layout is not None or a.is_identity_ordered else a.ordering, a.layout)
+    for f in (a, b, c):
+        assert f == a and (f.to_string(), hash(f), f.is_dense) == first
+    assert first[2] == (text == "dd")
+    assert {a: 1}[c] == 1

@@ -12,7 +12,9 @@ proportional to its stored entries); filters likewise. Layouts are torch's
 """
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -107,7 +109,7 @@ SCATTER_DENSITY = 0.3
 
 def density(t: Tensor) -> float:
     """The fraction of ``t``'s coordinates it stores (1 for dense formats)."""
-    size = int(np.prod(t.shape, dtype=np.int64))
+    size = math.prod(t.shape)
     return 1.0 if t.format.is_dense or size == 0 else t.nnz / size
 
 
@@ -153,13 +155,15 @@ def _with_bias(out: Tensor, bias: Any, channels: int, dims: int, channels_last: 
 
 
 def _operands(name: str, dims: int, input: Any, weight: Any, groups: int, channels_last: bool
-              ) -> tuple[Tensor, Tensor, int, int, tuple[int, ...]]:
-    """Input and weight as Tensors of order ``dims + 2``, checked with ``groups``; the
-    batch, the input channels and the spatial shape."""
-    I, F = as_tensor(input, name="I"), as_tensor(weight, name="F")
-    if I.order != dims + 2 or F.order != dims + 2:
+              ) -> tuple[Tensor, Tensor | np.ndarray, int, int, tuple[int, ...]]:
+    """Input as a Tensor and weight (a NumPy array stays one: a dense filter is copied
+    anyway) of order ``dims + 2``, checked with ``groups``; the batch, the input channels
+    and the spatial shape."""
+    I = as_tensor(input, name="I")
+    F = weight if isinstance(weight, np.ndarray) else as_tensor(weight, name="F")
+    if I.order != dims + 2 or len(F.shape) != dims + 2:
         raise ShapeError(f"{name} takes an input and a weight of order {dims + 2}, got "
-                         f"{I.order} and {F.order}")
+                         f"{I.order} and {len(F.shape)}")
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ArgumentError(f"groups must be a positive int, got {groups!r}")
     channels = I.shape[-1] if channels_last else I.shape[1]
@@ -175,17 +179,28 @@ def _channels(groups: int, cg: int, kg: int) -> tuple[str, str]:
     return _affine([(cg, "g"), (1, "c")]), _affine([(kg, "g"), (1, "k")])
 
 
-def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
-          dilation: Any, groups: int, channels_last: bool, out_format: FormatLike | None,
-          threads: int | None) -> Tensor:
-    I, F, n, channels, spatial = _operands(f"conv{dims}d", dims, input, weight, groups,
-                                           channels_last)
-    s, p, d = (_tuple(v, dims, w, lo) for v, w, lo in
-               ((stride, "stride", 1), (padding, "padding", 0), (dilation, "dilation", 1)))
-    k_out, cg, taps = F.shape[0], F.shape[1], F.shape[2:]
+@dataclass(frozen=True)
+class _Call:
+    """What a call compiles and runs: the expression, the result's shape, whether
+    subscripts reach into padding, and the sizes of index variables no operand gives."""
+    text: str
+    out_shape: tuple[int, ...]
+    padded: bool
+    extents: tuple[tuple[str, int], ...]
+
+
+@lru_cache(maxsize=256)
+def _conv_call(dims: int, in_shape: tuple[int, ...], w_shape: tuple[int, ...], dense_filter: bool,
+               s: tuple[int, ...], p: tuple[int, ...], d: tuple[int, ...], groups: int,
+               channels_last: bool) -> _Call:
+    """The convolution of an input and a weight of these shapes (checked), cached: a layer
+    called again costs no string building."""
+    n, channels = in_shape[0], in_shape[-1] if channels_last else in_shape[1]
+    spatial = in_shape[1:-1] if channels_last else in_shape[2:]
+    k_out, cg, taps = w_shape[0], w_shape[1], w_shape[2:]
     if channels % groups or k_out % groups or cg * groups != channels:
         raise ShapeError(f"{channels} input channels and {k_out} filters in {groups} groups need a "
-                         f"weight of shape ({k_out}, {channels // groups}, ...), got {F.shape}")
+                         f"weight of shape ({k_out}, {channels // groups}, ...), got {w_shape}")
     kg = k_out // groups
     sizes = [(spatial[m] + 2 * p[m] - d[m] * (taps[m] - 1) - 1) // s[m] + 1 for m in range(dims)]
     if any(o < 1 for o in sizes):
@@ -194,27 +209,39 @@ def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: A
     out_vars, tap_vars = list(_SPATIAL[:dims]), list(_TAPS[:dims])
     reads = [_affine([(s[m], out_vars[m]), (d[m], tap_vars[m])], -p[m]) for m in range(dims)]
     chan_in, chan_out = _channels(groups, cg, kg)
-    # the filter with taps outermost and output channels innermost: each input entry scales
-    # a contiguous row of it into the outputs (a sparse filter keeps its own layout)
-    if F.format.is_dense:
-        F = Tensor.from_numpy(_aligned(np.moveaxis(F.to_numpy(), (0, 1), (-1, -2))), name="F")
-        filt = f"F({','.join(tap_vars)},c,{chan_out})"
-    else:
-        filt = f"F({chan_out},c,{','.join(tap_vars)})"
+    # a dense filter is copied with taps outermost and output channels innermost: each input
+    # entry scales a contiguous row of it into the outputs (a sparse one keeps its layout)
+    filt = f"F({','.join(tap_vars)},c,{chan_out})" if dense_filter else \
+        f"F({chan_out},c,{','.join(tap_vars)})"
     text = (f"{_access('O', 'n', chan_out, out_vars, channels_last)} = "
             f"{_access('I', 'n', chan_in, reads, channels_last)} * {filt}")
-    extents = {"g": groups, "k": kg} if groups > 1 else {}
+    extents = (("g", groups), ("k", kg)) if groups > 1 else ()
     out_shape = (n, *sizes, k_out) if channels_last else (n, k_out, *sizes)
-    out = _run(text, {"I": I, "F": F}, out_shape, out_format, any(p), extents, threads,
-               scatter_sparse=True)
-    return _with_bias(out, bias, k_out, dims, channels_last)
+    return _Call(text, out_shape, any(p), extents)
+
+
+def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
+          dilation: Any, groups: int, channels_last: bool, out_format: FormatLike | None,
+          threads: int | None) -> Tensor:
+    I, F, _, _, _ = _operands(f"conv{dims}d", dims, input, weight, groups, channels_last)
+    s, p, d = (_tuple(v, dims, w, lo) for v, w, lo in
+               ((stride, "stride", 1), (padding, "padding", 0), (dilation, "dilation", 1)))
+    dense_filter = isinstance(F, np.ndarray) or F.format.is_dense
+    call = _conv_call(dims, I.shape, F.shape, dense_filter, s, p, d, groups, channels_last)
+    if dense_filter:
+        w = F if isinstance(F, np.ndarray) else F.to_numpy()
+        F = Tensor.from_numpy(_aligned(np.moveaxis(w, (0, 1), (-1, -2))), name="F")
+    out = _run(call.text, {"I": I, "F": F}, call.out_shape, out_format, call.padded,
+               dict(call.extents), threads, scatter_sparse=True)
+    return _with_bias(out, bias, F.shape[-1] if dense_filter else F.shape[0], dims, channels_last)
 
 
 def _conv_transpose(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
                     output_padding: Any, groups: int, dilation: Any, channels_last: bool,
                     out_format: FormatLike | None, threads: int | None) -> Tensor:
-    I, F, n, channels, spatial = _operands(f"conv_transpose{dims}d", dims, input, weight,
+    I, W, n, channels, spatial = _operands(f"conv_transpose{dims}d", dims, input, weight,
                                            groups, channels_last)
+    F = as_tensor(W, name="F")
     s, p, d, op = (_tuple(v, dims, w, lo) for v, w, lo in
                    ((stride, "stride", 1), (padding, "padding", 0), (dilation, "dilation", 1),
                     (output_padding, "output_padding", 0)))

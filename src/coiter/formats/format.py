@@ -65,9 +65,18 @@ class Format:
         """Order of the tensors this format stores."""
         return self.layout.order if self.layout is not None else len(self.levels)
 
-    @property
+    # a format never changes: what the call path asks of it every call is computed once
+    # (cached_property writes the instance's __dict__, which frozen dataclasses allow)
+    @functools.cached_property
     def is_dense(self) -> bool:
         return self.layout is None and all(isinstance(lv, Dense) for lv in self.levels)
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.levels, self.ordering, self.layout))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def physical(self) -> Format:
@@ -99,6 +108,10 @@ class Format:
 
     def to_string(self) -> str:
         """TACO format string, e.g. ``"ds:1,0"`` (the layout's name for DIA, ELL, BCSR...)."""
+        return self._string
+
+    @functools.cached_property
+    def _string(self) -> str:
         if self.layout is not None:
             return self.layout.name
         s = "".join(lv.format_letter() for lv in self.levels)
