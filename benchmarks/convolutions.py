@@ -198,6 +198,9 @@ def _order_label(order: tuple[str, tuple[str, ...] | None]) -> str:
     return f"gather {','.join(gather)}" if gather else "scatter all"
 
 
+ORDER_ROUNDS = 25  # timed rounds per case of the loop-order study (at least)
+
+
 def study_order(args: argparse.Namespace) -> tuple[str, dict]:
     torch = _torch()
     rng = np.random.default_rng(2)
@@ -226,7 +229,9 @@ def study_order(args: argparse.Namespace) -> tuple[str, dict]:
                 cases[label] = Skipped("illegal", str(exc))
                 continue
             cases[label] = (lambda k=kern: k(I=sparse, F=w, threads=1), close_to(ref, 1e-3))
-        res = bench_group(cases, args.repeat, warmup=1)
+        # milliseconds per call and one ratio per row decided by medians: more rounds than
+        # the other studies, so that a noisy round on a shared machine does not decide it
+        res = bench_group(cases, max(args.repeat, ORDER_ROUNDS), warmup=2)
         hand = [r.median for o, r in res.items() if o != "auto" and isinstance(r, Timing)]
         best = min(hand) if hand else float("nan")
         auto = res["auto"]
