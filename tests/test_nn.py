@@ -170,6 +170,23 @@ def test_filters_in_any_form(form: str) -> None:
         check(nn.conv2d(x, weight, stride=2), np_conv(x, w, (2, 2), (0, 0), (1, 1), 1))
 
 
+def test_python_threads_convolving_with_weights_of_one_shape() -> None:
+    """Each thread copies its weight into a filter buffer of its own: concurrent calls with
+    different weights of one shape keep their own results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(8)
+    x = random_array(rng, (1, 3, 9, 9), 0.4)
+    weights = [rng.standard_normal((4, 3, 3, 3)) for _ in range(4)]
+    expected = [np_conv(x, w, (1, 1), (1, 1), (1, 1), 1) for w in weights]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            got = list(pool.map(lambda w: nn.conv2d(tensor(x, "dsss"), w, padding=1, threads=1).to_numpy(),
+                                weights))
+            for g, e in zip(got, expected):
+                np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda x, w: nn.conv2d(x, w[:, :2]), "need a weight of shape"),
     (lambda x, w: nn.conv2d(x, w, stride=0), "stride must be an int >= 1"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
@@ -64,6 +65,30 @@ def _aligned(a: np.ndarray, align: int = 64) -> np.ndarray:
     out = raw[skip:skip + a.size * a.itemsize].view(a.dtype).reshape(a.shape)
     out[...] = a
     return out
+
+
+# this thread's filter tensors by shape and type: each call copies its weight into one
+_FILTERS = threading.local()
+_FILTERS_KEPT = 16  # distinct weight shapes kept per thread
+
+
+def _filter(weight: np.ndarray) -> Tensor:
+    """``weight`` (K, C, taps...) as a dense Tensor with taps outermost and output channels
+    innermost (each input entry scales a contiguous row of it into the outputs), copied
+    into a buffer this thread keeps per shape and type: a layer called again writes the
+    same cache-aligned memory and passes the same kernel arguments (the kernel only reads
+    it during the call; results never hold it)."""
+    moved = np.moveaxis(weight, (0, 1), (-1, -2))
+    kept: dict[tuple[tuple[int, ...], np.dtype], Tensor] = _FILTERS.__dict__.setdefault("kept", {})
+    key = (moved.shape, moved.dtype)
+    F = kept.get(key)
+    if F is None:
+        if len(kept) >= _FILTERS_KEPT:
+            kept.clear()
+        F = kept[key] = Tensor.from_numpy(_aligned(moved), name="F")
+    else:
+        np.copyto(F.storage.vals.reshape(moved.shape), moved)
+    return F
 
 
 def _access(name: str, batch: str, channel: str, spatial: list[str], channels_last: bool) -> str:
@@ -229,8 +254,7 @@ def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: A
     dense_filter = isinstance(F, np.ndarray) or F.format.is_dense
     call = _conv_call(dims, I.shape, F.shape, dense_filter, s, p, d, groups, channels_last)
     if dense_filter:
-        w = F if isinstance(F, np.ndarray) else F.to_numpy()
-        F = Tensor.from_numpy(_aligned(np.moveaxis(w, (0, 1), (-1, -2))), name="F")
+        F = _filter(F if isinstance(F, np.ndarray) else F.to_numpy())
     out = _run(call.text, {"I": I, "F": F}, call.out_shape, out_format, call.padded,
                dict(call.extents), threads, scatter_sparse=True)
     return _with_bias(out, bias, F.shape[-1] if dense_filter else F.shape[0], dims, channels_last)
@@ -447,15 +471,12 @@ def submanifold_conv(input: Any, weight: Any, bias: Any = None, dilation: Any = 
     M = sites(I) if mask is None else mask
     if M.shape != I.shape[:-1]:
         raise ShapeError(f"mask has shape {M.shape}, the input's sites {I.shape[:-1]}")
-    # filter taps outermost, channels then outputs innermost: each neighbour's features
-    # meet a contiguous block of the filter
-    F = _aligned(np.moveaxis(W, (0, 1), (-1, -2)))
     out_vars, tap_vars = list(_SPATIAL[:dims]), list(_TAPS[:dims])
     reads = [_affine([(1, out_vars[m]), (d[m], tap_vars[m])], -d[m] * (taps[m] // 2))
              for m in range(dims)]
     text = (f"O(n,{','.join(out_vars)},k) = M(n,{','.join(out_vars)}) * I(n,{','.join(reads)},c) "
             f"* F({','.join(tap_vars)},c,k)")
-    operands = {"M": M, "I": I, "F": Tensor.from_numpy(F, name="F")}
+    operands = {"M": M, "I": I, "F": _filter(W)}
     # each neighbour's channel scales a contiguous row of filter into the outputs
     # the result takes M's sites (M's levels, no assembly): the rows of sites run in parallel
     out = _run(text, operands, (*I.shape[:-1], k_out), fmt, True, {}, threads, "reorder(c,k)",
