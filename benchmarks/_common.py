@@ -106,15 +106,19 @@ def short_error(exc: BaseException, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def bench_group(cases: Mapping[str, Case | Skipped], repeat: int, warmup: int = 2) -> dict[str, Result]:
+def bench_group(cases: Mapping[str, Case | Skipped], repeat: int, warmup: int = 2,
+                min_seconds: float = 0.0, max_rounds: int = 1000) -> dict[str, Result]:
     """Verify, warm up and time a group of cases ``name -> (fn, verify)``.
 
     Each ``fn`` is called once and its result passed to ``verify`` (which raises
     AssertionError when it is wrong); then every case gets ``warmup`` untimed calls, and
     the ``repeat`` timed calls are made round-robin over the cases, so that load changes
-    on a shared machine hit all of them alike. A case that raises, or whose result is
-    wrong, becomes a :class:`Skipped` cell (so one failing format does not end a long
-    run); ``Skipped`` inputs pass through. Results keep the order of ``cases``.
+    on a shared machine hit all of them alike. With ``min_seconds`` the rounds go on
+    (up to ``max_rounds``) until every case has been timed that long in all: a case of a
+    tenth of a millisecond beside one of milliseconds then gets hundreds of calls, not a
+    median of five noisy ones. A case that raises, or whose result is wrong, becomes a
+    :class:`Skipped` cell (so one failing format does not end a long run); ``Skipped``
+    inputs pass through. Results keep the order of ``cases``.
     """
     out: dict[str, Result] = {}
     live: dict[str, Callable[[], Any]] = {}
@@ -140,11 +144,14 @@ def bench_group(cases: Mapping[str, Case | Skipped], repeat: int, warmup: int = 
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {name: [] for name in live}
-    for _ in range(repeat):
+    rounds = 0
+    while live and (rounds < repeat or (rounds < max_rounds and min(
+            sum(ts) for ts in times.values()) < min_seconds)):
         for name, fn in live.items():
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
+        rounds += 1
     for name, ts in times.items():
         out[name] = Timing(median(ts), min(ts), max(ts), len(ts))
     return {name: out[name] for name in cases}

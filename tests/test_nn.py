@@ -170,6 +170,21 @@ def test_filters_in_any_form(form: str) -> None:
         check(nn.conv2d(x, weight, stride=2), np_conv(x, w, (2, 2), (0, 0), (1, 1), 1))
 
 
+def test_threads_is_the_most_a_small_convolution_uses(monkeypatch) -> None:
+    """Under ``PARALLEL_WORK`` multiply-adds a call asked for two threads runs the serial
+    kernel; above it the rows run in parallel. The values agree either way."""
+    rng = np.random.default_rng(9)
+    x, w = random_array(rng, (1, 4, 12, 12), 0.2), rng.standard_normal((5, 4, 3, 3))
+    expected = np_conv(x, w, (1, 1), (1, 1), (1, 1), 1)
+    real, rows = nn._row_parallel_kernel, []
+    monkeypatch.setattr(nn, "_row_parallel_kernel", lambda *key: rows.append(key) or real(*key))
+    check(nn.conv2d(tensor(x, "dsss"), w, padding=1, threads=2), expected)
+    assert not rows
+    monkeypatch.setattr(nn, "PARALLEL_WORK", 0)
+    check(nn.conv2d(tensor(x, "dsss"), w, padding=1, threads=2), expected)
+    assert rows
+
+
 def test_python_threads_convolving_with_weights_of_one_shape() -> None:
     """Each thread copies its weight into a filter buffer of its own: concurrent calls with
     different weights of one shape keep their own results."""

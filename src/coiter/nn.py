@@ -107,25 +107,33 @@ def _kernel(text: str, formats: tuple[tuple[str, str], ...], padding: bool,
 def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
          out_format: FormatLike | None, padding: bool, extents: dict[str, int],
          threads: int | None, schedule: str | None = None, scatter_sparse: bool = False,
-         pattern_of: str | None = None) -> Tensor:
+         pattern_of: str | None = None, work: int | None = None) -> Tensor:
     """Compile ``text`` for the operands' formats (cached) and run it. With more than one
     thread the rows of the first spatial mode are walked per output row (``gather``, the
     default for 2-D and 3-D) and run in parallel, where the kernel has that loop (a batch of
-    one image has nothing else to share out). On one thread, ``scatter_sparse`` scatters
-    every stored input entry (``gather=()``) when the input ``I`` holds under
-    ``SCATTER_DENSITY`` of its coordinates (the loop-order study of
+    one image has nothing else to share out). ``threads`` is the most a call uses: one of
+    under ``PARALLEL_WORK`` multiply-adds (``work``) runs on one thread. On one thread,
+    ``scatter_sparse`` scatters every stored input entry (``gather=()``) when the input ``I``
+    holds under ``SCATTER_DENSITY`` of its coordinates (the loop-order study of
     docs/benchmarks/convolutions.md: walking output rows pays only on denser inputs)."""
     formats = {n: t.format.to_string() for n, t in operands.items()}
     if out_format is not None:
         formats["O"] = as_format(out_format, len(out_shape)).to_string()
     key = (text, tuple(sorted(formats.items())), padding, tuple(sorted(extents.items())), pattern_of)
     kernel = None
+    if work is not None and work < PARALLEL_WORK:
+        threads = 1
     if (threads if threads is not None else os.cpu_count() or 1) > 1:
         kernel = _row_parallel_kernel(*key, schedule)
     elif scatter_sparse and density(operands["I"]) < SCATTER_DENSITY:
         kernel = _scatter_kernel(*key, schedule)
     return (kernel or _kernel(*key, schedule)).run(operands, out_shape, threads)
 
+
+# below this many multiply-adds a convolution runs on one thread: a parallel region costs
+# more than it saves (ResNet layer at 99.9% sparsity, ~10^5: 2 threads 1.4x slower than one
+# alternating with torch's convolution, whose OpenMP threads spin on the other core)
+PARALLEL_WORK = 1 << 20
 
 # below this fraction of stored input coordinates a convolution on one thread scatters every
 # input entry instead of walking output rows (measured crossover: between 20% and 50%)
@@ -207,11 +215,13 @@ def _channels(groups: int, cg: int, kg: int) -> tuple[str, str]:
 @dataclass(frozen=True)
 class _Call:
     """What a call compiles and runs: the expression, the result's shape, whether
-    subscripts reach into padding, and the sizes of index variables no operand gives."""
+    subscripts reach into padding, the sizes of index variables no operand gives, and the
+    multiply-adds per stored input entry (every tap of the filters of its group)."""
     text: str
     out_shape: tuple[int, ...]
     padded: bool
     extents: tuple[tuple[str, int], ...]
+    entry_work: int
 
 
 @lru_cache(maxsize=256)
@@ -242,7 +252,7 @@ def _conv_call(dims: int, in_shape: tuple[int, ...], w_shape: tuple[int, ...], d
             f"{_access('I', 'n', chan_in, reads, channels_last)} * {filt}")
     extents = (("g", groups), ("k", kg)) if groups > 1 else ()
     out_shape = (n, *sizes, k_out) if channels_last else (n, k_out, *sizes)
-    return _Call(text, out_shape, any(p), extents)
+    return _Call(text, out_shape, any(p), extents, math.prod(taps) * kg)
 
 
 def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: Any,
@@ -256,7 +266,7 @@ def _conv(dims: int, input: Any, weight: Any, bias: Any, stride: Any, padding: A
     if dense_filter:
         F = _filter(F if isinstance(F, np.ndarray) else F.to_numpy())
     out = _run(call.text, {"I": I, "F": F}, call.out_shape, out_format, call.padded,
-               dict(call.extents), threads, scatter_sparse=True)
+               dict(call.extents), threads, scatter_sparse=True, work=I.nnz * call.entry_work)
     return _with_bias(out, bias, F.shape[-1] if dense_filter else F.shape[0], dims, channels_last)
 
 
