@@ -145,6 +145,19 @@ def test_pattern_of_first_levels_with_a_sparse_factor_in_parallel(loop: str) -> 
         assert _shares(A, B, 2)
 
 
+def test_pattern_of_beside_an_operand_read_transposed() -> None:
+    """C is read against its storage order (a transposed copy is made); the result still
+    takes B's pattern, over B's arrays."""
+    rng = np.random.default_rng(6)
+    b, c = random_array(rng, (7, 6), 0.4), random_array(rng, (6, 7), 0.4)
+    B = coiter.Tensor.from_numpy(b, format="ds")
+    k = coiter.compile("A(i,j) = B(i,j) * C(j,i)", formats={"B": "ds", "C": "ds", "A": "ds"},
+                       pattern_of="B")
+    A = k(B=B, C=coiter.Tensor.from_numpy(c, format="ds"))
+    np.testing.assert_allclose(A.to_numpy(), b * c.T, rtol=1e-12)
+    assert A.nnz == B.nnz and _shares(A, B, 2)
+
+
 @pytest.mark.parametrize("expr,kwargs,message", [
     ("A(i,j,l) = B(i,j,k) * C(k,l)", {"pattern_of": "X"}, "must name an operand"),
     ("A(i,j,l) = B(i,j,k) * C(k,l)", {"pattern_of": "A"}, "must name an operand"),

@@ -83,8 +83,10 @@ def shared_pattern(prog: ConcreteProgram, target: str = "c") -> Access | None:
     decl = prog.tensors[prog.result]
     if decl.pattern_of is None:
         return None
-    operand = next(a for st in walk_stmts(prog.stmt) if isinstance(st, Assign)
-                   for a in accesses(st.rhs) if a.tensor == decl.pattern_of)
+    operand = next((a for st in walk_stmts(prog.stmt) if isinstance(st, Assign)
+                    for a in accesses(st.rhs) if a.tensor == decl.pattern_of), None)
+    if operand is None:  # read through a transposed copy: its positions are not the result's
+        return None
     fmt = prog.tensors[operand.tensor].format
     if decl.pattern_levels == decl.order == fmt.order:
         return operand
