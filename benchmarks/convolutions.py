@@ -223,8 +223,12 @@ def study_order(args: argparse.Namespace) -> tuple[str, dict]:
         for order in ORDERS:
             label = _order_label(order)
             gather = order[1]
-            if label == "auto":  # coiter.nn's choice on one thread, from the input's density
-                gather = () if cnn.density(sparse) < cnn.SCATTER_DENSITY else None
+            if label == "auto":  # coiter.nn's choice on one thread (cnn.scatters)
+                scatter_k, rows_k = (coiter.compile(expr, {"I": "dsss"}, padding=True, gather=g)
+                                     for g in ((), None))
+                gather = () if cnn.scatters(cnn.density(sparse),
+                                            lambda: scatter_k(I=sparse, F=w, threads=1),
+                                            lambda: rows_k(I=sparse, F=w, threads=1)) else None
             try:
                 kern = coiter.compile(expr, {"I": "dsss"}, padding=True, schedule=order[0] or None,
                                       gather=gather)
@@ -246,9 +250,11 @@ def study_order(args: argparse.Namespace) -> tuple[str, dict]:
     headers = ["sparsity", *(_order_label(o) for o in ORDERS), "auto / best"]
     within = sum(r <= 1.1 for r in ratios)
     return ("### Loop order: automatic against hand-written (ResNet layer, 1 thread, ms)\n\n"
-            f"`{expr}`, I in `dsss`; auto: `coiter.nn`'s choice from the input's density (every "
-            f"stored entry scattered, `gather=()`, below {cnn.SCATTER_DENSITY:.0%} of the "
-            "coordinates stored, else output rows walked, `gather=[\"x\"]`, compile's default); "
+            f"`{expr}`, I in `dsss`; auto: `coiter.nn`'s choice on one thread (every stored entry "
+            f"scattered, `gather=()`, below {cnn.MEASURED_DENSITIES[0]:.1%} of the coordinates "
+            f"stored; output rows walked, `gather=[\"x\"]`, compile's default, above "
+            f"{cnn.MEASURED_DENSITIES[1]:.0%}; between them the faster of the two on a first "
+            "call); "
             "hand-written: `reorder` schedules of the default loops, every input scattered, and "
             "outputs walked per row and column (`gather=[\"x\", \"y\"]`, output-stationary). "
             f"Automatic order within 1.1x of the best on {within} of {len(ratios)} cases.\n\n" + markdown_table(headers, rows) + "\n"), {}

@@ -170,6 +170,44 @@ def test_filters_in_any_form(form: str) -> None:
         check(nn.conv2d(x, weight, stride=2), np_conv(x, w, (2, 2), (0, 0), (1, 1), 1))
 
 
+@pytest.mark.parametrize("dens,first_faster,expected", [
+    (0.001, False, True), (0.9, True, False), (0.1, True, True), (0.1, False, False)])
+def test_the_one_thread_order_is_timed_between_the_densities(dens, first_faster, expected,
+                                                              monkeypatch) -> None:
+    """Outside MEASURED_DENSITIES the density decides; inside, the faster call does."""
+    monkeypatch.setattr(nn, "faster", lambda a, b: first_faster)
+    assert nn.scatters(dens, lambda: None, lambda: None) is expected
+
+
+def test_a_shape_is_timed_once(monkeypatch) -> None:
+    """The first call of a shape and density times the two loop orders; later calls keep
+    the verdict, and both verdicts compute NumPy's convolution."""
+    rng = np.random.default_rng(10)
+    w = rng.standard_normal((3, 2, 3, 3))
+    x = random_array(rng, (1, 2, 9, 9), 0.1)
+    expected = np_conv(x, w, (1, 1), (1, 1), (1, 1), 1)
+    for verdict in (True, False):
+        timed: list[bool] = []
+        monkeypatch.setattr(nn, "faster", lambda a, b, v=verdict: timed.append(v) or v)
+        monkeypatch.setattr(nn, "_VERDICTS", {})
+        for _ in range(3):
+            check(nn.conv2d(tensor(x, "dsss"), w, padding=1, threads=1), expected)
+        assert timed == [verdict]
+
+
+def test_faster_times_both_calls() -> None:
+    """The slower call loses whichever comes first."""
+    import time
+
+    def quick() -> None:
+        pass
+
+    def slow() -> None:
+        time.sleep(0.002)
+
+    assert nn.faster(quick, slow) and not nn.faster(slow, quick)
+
+
 def test_threads_is_the_most_a_small_convolution_uses(monkeypatch) -> None:
     """Under ``PARALLEL_WORK`` multiply-adds a call asked for two threads runs the serial
     kernel; above it the rows run in parallel. The values agree either way."""
@@ -262,15 +300,14 @@ def test_channels_last_max_pool_with_sparse_channels(fmt: str) -> None:
 @pytest.mark.parametrize("dims", [2, 3])
 @pytest.mark.parametrize("fmt", ["sparse", "dense-first"])
 def test_the_loop_order_follows_the_input_density(dims: int, fmt: str) -> None:
-    """On one thread a sparse input (under SCATTER_DENSITY) is scattered entry by entry and
-    a denser one walked per output row; both give NumPy's convolution, strided, dilated and
-    grouped too."""
+    """On one thread a very sparse input is scattered entry by entry, a dense one walked per
+    output row, and one between them takes whichever its first call timed faster; every
+    choice gives NumPy's convolution, strided, dilated and grouped too."""
     rng = np.random.default_rng(dims)
     w = rng.standard_normal((4, 2, *(3,) * dims))
-    for density in (0.05, 0.6):
+    for density in (0.002, 0.05, 0.3, 0.8):
         x = random_array(rng, (2, 4, *(7,) * dims), density)
         X = tensor(x, "s" * (dims + 2) if fmt == "sparse" else "d" + "s" * (dims + 1))
-        assert (nn.density(X) < nn.SCATTER_DENSITY) == (density < nn.SCATTER_DENSITY)
         for stride, dilation in ((1, 1), (2, 2)):
             got = nn.conv2d(X, w, stride=stride, padding=1, dilation=dilation, groups=2, threads=1) \
                 if dims == 2 else nn.conv3d(X, w, stride=stride, padding=1, dilation=dilation, groups=2,

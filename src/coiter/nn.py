@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -113,9 +114,11 @@ def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
     default for 2-D and 3-D) and run in parallel, where the kernel has that loop (a batch of
     one image has nothing else to share out). ``threads`` is the most a call uses: one of
     under ``PARALLEL_WORK`` multiply-adds (``work``) runs on one thread. On one thread,
-    ``scatter_sparse`` scatters every stored input entry (``gather=()``) when the input ``I``
-    holds under ``SCATTER_DENSITY`` of its coordinates (the loop-order study of
-    docs/benchmarks/convolutions.md: walking output rows pays only on denser inputs)."""
+    ``scatter_sparse`` chooses between scattering every stored input entry (``gather=()``)
+    and walking output rows by the input ``I``'s density: scattering under
+    ``MEASURED_DENSITIES``, rows above, and between them (where the loop-order study of
+    docs/benchmarks/convolutions.md finds either faster from run to run) the first call of
+    each shape times both (:func:`faster`) and later calls take the winner."""
     formats = {n: t.format.to_string() for n, t in operands.items()}
     if out_format is not None:
         formats["O"] = as_format(out_format, len(out_shape)).to_string()
@@ -125,9 +128,50 @@ def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
         threads = 1
     if (threads if threads is not None else os.cpu_count() or 1) > 1:
         kernel = _row_parallel_kernel(*key, schedule)
-    elif scatter_sparse and density(operands["I"]) < SCATTER_DENSITY:
-        kernel = _scatter_kernel(*key, schedule)
+    elif scatter_sparse:
+        kernel = _one_thread_kernel(key, schedule, operands, out_shape)
     return (kernel or _kernel(*key, schedule)).run(operands, out_shape, threads)
+
+
+def _one_thread_kernel(key: tuple[Any, ...], schedule: str | None, operands: dict[str, Tensor],
+                       out_shape: tuple[int, ...]) -> Kernel | None:
+    """The scattering kernel or None (the default, output rows walked) for one thread."""
+    dens = density(operands["I"])
+    scatter = _scatter_kernel(*key, schedule) if dens < MEASURED_DENSITIES[1] else None
+    if scatter is None or dens < MEASURED_DENSITIES[0]:
+        return scatter
+    # one verdict per shape and 5% of density, kept for the process
+    verdict_key = (key, schedule, operands["I"].shape, round(dens * 20))
+    verdict = _VERDICTS.get(verdict_key)
+    if verdict is None:
+        rows = _kernel(*key, schedule)
+        if len(_VERDICTS) >= _VERDICTS_KEPT:
+            _VERDICTS.clear()
+        verdict = _VERDICTS[verdict_key] = scatters(
+            dens, lambda: scatter.run(operands, out_shape, 1), lambda: rows.run(operands, out_shape, 1))
+    return scatter if verdict else None
+
+
+def scatters(dens: float, scatter: Callable[[], Any], rows: Callable[[], Any]) -> bool:
+    """The one-thread loop order of a convolution whose input stores the fraction ``dens``
+    of its coordinates, given calls of its two kernels: whether to scatter every input entry
+    (else walk output rows). By density outside ``MEASURED_DENSITIES``, else timed."""
+    low, high = MEASURED_DENSITIES
+    return dens < low or (dens < high and faster(scatter, rows))
+
+
+def faster(first: Callable[[], Any], second: Callable[[], Any], rounds: int = 2) -> bool:
+    """Whether ``first`` runs faster than ``second``: after one untimed call each (compiling,
+    first touches), the smaller of ``rounds`` alternating timed calls of each."""
+    first()
+    second()
+    best = [math.inf, math.inf]
+    for _ in range(rounds):
+        for k, fn in enumerate((first, second)):
+            t0 = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best[0] <= best[1]
 
 
 # below this many multiply-adds a convolution runs on one thread: a parallel region costs
@@ -135,9 +179,12 @@ def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
 # alternating with torch's convolution, whose OpenMP threads spin on the other core)
 PARALLEL_WORK = 1 << 20
 
-# below this fraction of stored input coordinates a convolution on one thread scatters every
-# input entry instead of walking output rows (measured crossover: between 20% and 50%)
-SCATTER_DENSITY = 0.3
+# fractions of stored input coordinates: below the first a convolution on one thread scatters
+# every input entry, above the second it walks output rows, and between them it measures
+# (the loop-order study: from 0.5% to 50% density the faster of the two changes between runs)
+MEASURED_DENSITIES = (0.005, 0.6)
+_VERDICTS: dict[tuple[Any, ...], bool] = {}  # measured choices: scatter?
+_VERDICTS_KEPT = 1024
 
 
 def density(t: Tensor) -> float:
