@@ -115,10 +115,11 @@ def _run(text: str, operands: dict[str, Tensor], out_shape: tuple[int, ...],
     one image has nothing else to share out). ``threads`` is the most a call uses: one of
     under ``PARALLEL_WORK`` multiply-adds (``work``) runs on one thread. On one thread,
     ``scatter_sparse`` chooses between scattering every stored input entry (``gather=()``)
-    and walking output rows by the input ``I``'s density: scattering under
-    ``MEASURED_DENSITIES``, rows above, and between them (where the loop-order study of
-    docs/benchmarks/convolutions.md finds either faster from run to run) the first call of
-    each shape times both (:func:`faster`) and later calls take the winner."""
+    and walking output rows by the fraction of coordinates the input ``I`` stores:
+    scattering below ``MEASURED_DENSITIES[0]``, rows above ``MEASURED_DENSITIES[1]``, and
+    between them (where the loop-order study of docs/benchmarks/convolutions.md finds either
+    faster from run to run) the first call of each shape times both (:func:`faster`) and
+    later calls take the winner."""
     formats = {n: t.format.to_string() for n, t in operands.items()}
     if out_format is not None:
         formats["O"] = as_format(out_format, len(out_shape)).to_string()
@@ -181,7 +182,7 @@ PARALLEL_WORK = 1 << 20
 
 # fractions of stored input coordinates: below the first a convolution on one thread scatters
 # every input entry, above the second it walks output rows, and between them it measures
-# (the loop-order study: from 0.5% to 50% density the faster of the two changes between runs)
+# (the loop-order study: between 50% and 99% sparsity the faster changes between runs)
 MEASURED_DENSITIES = (0.005, 0.6)
 _VERDICTS: dict[tuple[Any, ...], bool] = {}  # measured choices: scatter?
 _VERDICTS_KEPT = 1024
