@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Sequence
@@ -28,6 +27,7 @@ from .formats.format import Format, FormatLike, as_format
 from .formats.levels import Compressed, Dense
 from .kernel import Kernel
 from .operands import as_tensor
+from .runtime.autotune import faster
 from .tensor import Tensor
 
 __all__ = [
@@ -159,20 +159,6 @@ def scatters(dens: float, scatter: Callable[[], Any], rows: Callable[[], Any]) -
     (else walk output rows). By density outside ``MEASURED_DENSITIES``, else timed."""
     low, high = MEASURED_DENSITIES
     return dens < low or (dens < high and faster(scatter, rows))
-
-
-def faster(first: Callable[[], Any], second: Callable[[], Any], rounds: int = 2) -> bool:
-    """Whether ``first`` runs faster than ``second``: after one untimed call each (compiling,
-    first touches), the smaller of ``rounds`` alternating timed calls of each."""
-    first()
-    second()
-    best = [math.inf, math.inf]
-    for _ in range(rounds):
-        for k, fn in enumerate((first, second)):
-            t0 = time.perf_counter()
-            fn()
-            best[k] = min(best[k], time.perf_counter() - t0)
-    return best[0] <= best[1]
 
 
 # below this many multiply-adds a convolution runs on one thread: a parallel region costs

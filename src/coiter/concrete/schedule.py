@@ -460,9 +460,10 @@ def _parallelize(prog: ConcreteProgram, cmd: Command, i: Any, unit: Any, race: A
         raise ScheduleError(f"{cmd}: chunking must be 'static', 'dynamic' or 'dynamic,N', got {chunking!r}")
     prov = Provenance(prog.env.relations)
     scattering = scatter_loops(prog.stmt, prog.tensors)
+    shared = shared_pattern(prog) is not None
     for loop in (s for s in walk_stmts(prog.stmt) if isinstance(s, Forall) and s.var == v):
         check_races(prov, loop, prog.tensors, unit, race, str(cmd), scatters=id(loop) in scattering,
-                    shared=shared_pattern(prog) is not None)
+                    shared=shared)
         inner = {s.unit for s in walk_stmts(loop.body) if isinstance(s, Forall)}
         if unit == "CPUVector" and "CPUThread" in inner:
             raise ScheduleError(f"{cmd}: a vector loop cannot contain a thread-parallel loop")
