@@ -49,6 +49,7 @@ from .names import Namer
 from .ism import SparseWorkspaces
 from .scatter import ParallelScatter
 from .prefetch import prefetch_located_segments
+from .sums import split_long_sums
 from .reductions import atomic_updates, scalar_accumulation
 from .equations import EquationLoops
 from .derived import DerivedLoops
@@ -1758,7 +1759,8 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         self.used.update({THREADS_PARAM, WORK_PARAM})
         body = self.lower(self.prog.stmt, Scope())
         if self.target == "c":
-            body = prefetch_located_segments(block(body), self._coordinate_lengths())
+            body = prefetch_located_segments(block(body), self._input_array_lengths("crd"))
+            body = split_long_sums(body, self._input_array_lengths("pos"))
         prologue += self.temp_allocs
         epilogue: list[IRStmt] = list(self.temp_frees)
         out_arrays: list[tuple[int, str]] = []
@@ -1772,8 +1774,9 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         return KernelIR(fn, tuple(params), self.mode, self.result, self.result_allocated,
                         tuple(out_arrays), tuple(self.support), self.zeroes_result)
 
-    def _coordinate_lengths(self) -> dict[str, IRExpr]:
-        """The element count of every input's coordinate arrays, in generated code."""
+    def _input_array_lengths(self, kind: str) -> dict[str, IRExpr]:
+        """The element count of every input's arrays of ``kind`` (``"crd"``, ``"pos"``), in
+        generated code."""
         out: dict[str, IRExpr] = {}
         for name, decl in self.decls.items():
             if decl.role != "input":
@@ -1784,8 +1787,8 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                 if lengths is None:
                     break
                 arrays, size = lengths
-                if "crd" in arrays:
-                    out[self.names(name, k).array("crd")] = arrays["crd"]
+                if kind in arrays:
+                    out[self.names(name, k).array(kind)] = arrays[kind]
         return out
 
     def _bound_checks(self) -> list[IRStmt]:

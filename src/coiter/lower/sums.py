@@ -1,0 +1,165 @@
+"""Partial sums for operands whose runs of positions are long.
+
+A sparse row sum ``t += A_vals[p] * x_vals[A2_crd[p]]`` is a chain of dependent additions:
+each waits for the one before, so on long rows the adder's latency, not memory, bounds the
+loop. Four partial sums (position ``p + k`` of each group of four adds into partial ``k``),
+added as ``(t + t_1) + (t_2 + t_3)`` after the row, let four chains run at once.
+
+The order of every sum is still fixed by the operand alone (its positions, never threads,
+addresses or alignment), so results repeat bit for bit at any thread count; they may differ
+from a one-by-one sum in the last bits, as a different fixed order does.
+
+On short rows the grouped loop's test and exit cost more than the chains save: a per-row
+test (split rows of 16 entries or more) made power-law graphs with ~12 entries a row 10-20%
+slower, its branch mispredicted. So the choice is per operand: runs that average at least
+``SPLIT_MIN_AVERAGE`` positions take the grouped loop, every run, and the test is
+loop-invariant. In a C harness, CSR SpMV at 1 thread (microseconds, plain -> split):
+bcsstk33 342 -> 220, bcsstk16 163 -> 110, mbeacxc 41 -> 24, lp_fit2d 124 -> 70, ego-Facebook
+118 -> 80, s3rmt3m3 102 -> 85; inputs averaging under 16 a row take the plain loop.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir.nodes import (
+    Assign, Bin, Block, Call, Cast, Const, Decl, For, If, IRExpr, IRStmt, Load, Max, Min, Pragma,
+    Region, Select, Un, Var, While, add, block,
+)
+from ..ir.visit import declared, names, subexprs, used
+
+LANES = 4  # partial sums
+SPLIT_MIN_AVERAGE = 16  # positions per run, on average, from which an operand's sums split
+FLOATING = ("float", "double", "float _Complex", "double _Complex")
+
+
+def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr]) -> IRStmt:
+    """``s`` with every innermost loop over a run ``pos[e] .. pos[e+1]`` of an array in
+    ``pos_lengths`` (its element count) whose body declares values and adds one into a
+    floating-point scalar split into :data:`LANES` partial sums, when the runs of that array
+    average at least :data:`SPLIT_MIN_AVERAGE` positions."""
+    splitter = _Splitter(pos_lengths, declared(s) | used(s))
+    out = splitter.stmt(s, {})
+    return block([Decl("bool", flag, test) for flag, test in splitter.flags.values()], out)
+
+
+class _Splitter:
+    def __init__(self, pos_lengths: dict[str, IRExpr], taken: set[str]) -> None:
+        self.pos_lengths = pos_lengths
+        self.taken = taken
+        # per pos array: the flag declared before the loops that says its runs are long
+        # (tested once: tested per row, GCC reloaded its operands and SpMV on short rows
+        # ran up to 16% slower)
+        self.flags: dict[str, tuple[str, IRExpr]] = {}
+
+    def stmt(self, s: IRStmt, scope: dict[str, str]) -> IRStmt:
+        """``s`` transformed; ``scope`` maps the variables declared around it to their types."""
+        if isinstance(s, Block):
+            inner = dict(scope)
+            out: list[IRStmt] = []
+            for x in s.stmts:
+                out.append(self.stmt(x, inner))
+                if isinstance(x, Decl):
+                    inner[x.name] = x.ctype
+            return Block(tuple(out))
+        if isinstance(s, For):
+            split = self._split(s, scope)
+            return split if split is not None else replace(s, body=self.stmt(s.body, scope))
+        if isinstance(s, While):
+            return replace(s, body=self.stmt(s.body, scope))
+        if isinstance(s, If):
+            other = None if s.otherwise is None else self.stmt(s.otherwise, scope)
+            return replace(s, then=self.stmt(s.then, scope), otherwise=other)
+        if isinstance(s, Region):
+            return replace(s, body=self.stmt(s.body, scope))
+        if isinstance(s, Pragma) and isinstance(s.stmt, For):
+            # the pragma must stay right before its loop: transform inside the loop only
+            return replace(s, stmt=replace(s.stmt, body=self.stmt(s.stmt.body, scope)))
+        return s
+
+    def _split(self, f: For, scope: dict[str, str]) -> IRStmt | None:
+        start, end = f.start, f.end
+        if f.pragma or f.unroll or f.unit or not isinstance(start, Load) \
+                or start.array not in self.pos_lengths \
+                or end != Load(start.array, add(start.index, Const(1))):
+            return None
+        *values, last = f.body.stmts or (None,)
+        if not (isinstance(last, Assign) and last.op == "+=" and isinstance(last.target, Var)
+                and scope.get(last.target.name) in FLOATING):
+            return None
+        total = last.target.name
+        if not all(isinstance(d, Decl) and d.init is not None and d.name != total for d in values):
+            return None
+        read = [d.init for d in values] + [last.value]
+        if any(isinstance(x, Call) for e in read for x in subexprs(e)) \
+                or any(total in names(e) for e in read):
+            return None  # a call may have effects; the sum must not read itself
+        lanes = [total] + [self._fresh(f"{total}_{k}") for k in range(1, LANES)]
+        copies = [self._lane(f.body, f.var, k, total, lanes[k]) for k in range(LANES)]
+        grouped = While(Bin("<", add(Var(f.var), Const(LANES - 1)), end),
+                        block(copies, Assign(Var(f.var), Const(LANES), "+=")))
+        tree: list[IRExpr] = [Var(lane) for lane in lanes]
+        while len(tree) > 1:  # pairwise: (t + t_1) + (t_2 + t_3)
+            tree = [Bin("+", *tree[i:i + 2]) if i + 1 < len(tree) else tree[i]
+                    for i in range(0, len(tree), 2)]
+        split = block(Decl(f.ctype, f.var, start),
+                      [Decl(scope[total], lane, Const(0)) for lane in lanes[1:]],
+                      grouped,
+                      Assign(Var(total), tree[0]),
+                      For(f.var, f.ctype, None, end, f.body))
+        return If(Var(self._flag(start.array)), split, Block((f,)))
+
+    def _flag(self, pos: str) -> str:
+        if pos not in self.flags:
+            runs = _minus_one(self.pos_lengths[pos])
+            stored = Bin("-", Load(pos, runs), Load(pos, Const(0)))
+            test = Bin(">=", stored, Bin("*", Const(SPLIT_MIN_AVERAGE), runs))
+            flag = self._fresh(f"{pos.removesuffix('_pos')}_long_runs")
+            self.taken.add(flag)
+            self.flags[pos] = (flag, test)
+        return self.flags[pos][0]
+
+    def _lane(self, body: Block, p: str, k: int, total: str, lane: str) -> list[IRStmt]:
+        """The loop body for position ``p + k``, adding into ``lane``; the values it declares
+        are renamed apart from the other lanes' (``block`` flattens, so no braces part them)."""
+        m: dict[str, IRExpr] = {p: add(Var(p), Const(k)), total: Var(lane)}
+        out: list[IRStmt] = []
+        for x in body.stmts:
+            if isinstance(x, Decl):
+                name = x.name if k == 0 else self._fresh(f"{x.name}_{k}")
+                out.append(Decl(x.ctype, name, _subst(x.init, m)))
+                m[x.name] = Var(name)
+            else:
+                assert isinstance(x, Assign)
+                out.append(Assign(Var(lane), _subst(x.value, m), x.op))
+        return out
+
+    def _fresh(self, name: str) -> str:
+        """``name``, or with underscores added until no name of the function or flag has it
+        (names local to one split loop may repeat in the next)."""
+        while name in self.taken:
+            name += "_"
+        return name
+
+
+def _minus_one(e: IRExpr) -> IRExpr:
+    if isinstance(e, Bin) and e.op == "+" and e.b == Const(1):
+        return e.a
+    return Bin("-", e, Const(1))
+
+
+def _subst(e: IRExpr, m: dict[str, IRExpr]) -> IRExpr:
+    if isinstance(e, Var):
+        return m.get(e.name, e)
+    if isinstance(e, Load):
+        return Load(e.array, _subst(e.index, m))
+    if isinstance(e, Bin):
+        return Bin(e.op, _subst(e.a, m), _subst(e.b, m))
+    if isinstance(e, Un):
+        return Un(e.op, _subst(e.a, m))
+    if isinstance(e, Cast):
+        return Cast(e.ctype, _subst(e.a, m))
+    if isinstance(e, (Min, Max)):
+        return type(e)(tuple(_subst(a, m) for a in e.args))
+    if isinstance(e, Select):
+        return Select(_subst(e.cond, m), _subst(e.a, m), _subst(e.b, m))
+    return e
