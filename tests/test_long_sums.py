@@ -96,13 +96,18 @@ def test_formats_with_long_runs(fmt: str, threads: int) -> None:
 
 
 @pytest.mark.parametrize("fiber", [3, SPLIT_MIN_AVERAGE, 90])
-def test_ttv_fibers(fiber: int) -> None:
-    """TTV sums each fiber of a CSF tensor: the same loop, split when fibers are long."""
+@pytest.mark.parametrize("formats", [{"B": "sss", "A": "ss"}, {"B": "sss", "A": "ds"},
+                                     {"B": "dss", "A": "ss"}])
+def test_ttv_fibers(fiber: int, formats: dict[str, str]) -> None:
+    """TTV sums each fiber of a CSF tensor: the same loop, split when fibers are long. A
+    result with its own pattern is assembled in a parallel region with labels, which must not
+    be copied: there each split loop tests its flag itself."""
     rng = np.random.default_rng(fiber)
     dense = rng.standard_normal((20, 15, 120)) * (rng.random((20, 15, 120)) < fiber / 120)
-    b = coiter.Tensor.from_numpy(dense, format="sss")
+    b = coiter.Tensor.from_numpy(dense, format=formats["B"])
     c = rng.standard_normal(120)
-    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": "sss", "A": "ss"})
+    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats=formats)
+    assert "_1 += " in k.source
     for threads in (1, 2):
         got = k(B=b, c=c, threads=threads).to_numpy()
         np.testing.assert_allclose(got, np.einsum("ijk,k->ij", dense, c), rtol=1e-12, atol=1e-12)
@@ -118,3 +123,17 @@ def test_integer_and_short_loops_are_left_alone() -> None:
     assert np.array_equal(k(A=a, x=x).to_numpy(), a @ x)
     dense = coiter.compile("y(i) = A(i,j) * x(j)")
     assert "_1 += " not in dense.source
+
+
+def test_two_operands_with_their_own_flags() -> None:
+    """Two sums in one row loop over different operands: each loop tests its operand's flag,
+    so a matrix of long rows splits beside one of short rows."""
+    rng = np.random.default_rng(5)
+    a = sp.random_array((80, 300), density=0.4, rng=rng, format="csr")
+    b = sp.random_array((80, 200), density=0.02, rng=rng, format="csr")
+    x, z = rng.standard_normal(300), rng.standard_normal(200)
+    k = coiter.compile("y(i) = A(i,j) * x(j) + B(i,k) * z(k)", formats={"A": "csr", "B": "csr"})
+    assert "if (A2_long_runs) {" in k.source and "if (B2_long_runs) {" in k.source
+    for threads in (1, 2):
+        np.testing.assert_allclose(k(A=a, x=x, B=b, z=z, threads=threads).to_numpy(), a @ x + b @ z,
+                                   rtol=1e-12, atol=1e-12)

@@ -86,7 +86,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"shape          {reference.shape[0]} x {reference.shape[1]}")
     print(f"nnz            {reference.nnz}")
     # relative to the result's largest entry: sums in another order differ in the last bits,
-    # so the absolute error grows with the values (bcsstk16's reach 1e10)
+    # so the absolute error grows with the values (bcsstk16's results reach 2e9)
     scale = float(np.max(np.abs(expected), initial=0.0)) or 1.0
     print(f"max rel error  {float(np.max(np.abs(y - expected), initial=0.0)) / scale:.3e}")
     print(f"first call     {compile_seconds * 1e3:.1f} ms (code generation + compile or cache load + run)")

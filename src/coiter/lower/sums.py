@@ -12,8 +12,10 @@ from a one-by-one sum in the last bits, as a different fixed order does.
 On short rows the grouped loop's test and exit cost more than the chains save: a per-row
 test (split rows of 16 entries or more) made power-law graphs with ~12 entries a row 10-20%
 slower, its branch mispredicted. So the choice is per operand: runs that average at least
-``SPLIT_MIN_AVERAGE`` positions take the grouped loop, every run, and the test is
-loop-invariant. In a C harness, CSR SpMV at 1 thread (microseconds, plain -> split):
+``SPLIT_MIN_AVERAGE`` positions take the grouped loop, every run. The test is a flag computed
+before the loops, and each statement of the kernel's body whose loops split on one flag is
+versioned on it (``if (A2_long_runs) { split loops } else { plain loops }``): testing the
+flag in every row still cost SpMV on rows of ~8 entries 5-7%. In a C harness, CSR SpMV at 1 thread (microseconds, plain -> split):
 bcsstk33 342 -> 220, bcsstk16 163 -> 110, mbeacxc 41 -> 24, lp_fit2d 124 -> 70, ego-Facebook
 118 -> 80, s3rmt3m3 102 -> 85; inputs averaging under 16 a row take the plain loop.
 """
@@ -22,10 +24,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.nodes import (
-    Assign, Bin, Block, Call, Cast, Const, Decl, For, If, IRExpr, IRStmt, Load, Max, Min, Pragma,
-    Region, Select, Un, Var, While, add, block,
+    Assign, Bin, Block, Call, Cast, Const, Decl, For, If, IRExpr, IRStmt, Label, Load, Max, Min,
+    Pragma, Region, Select, Un, Var, While, add, block,
 )
-from ..ir.visit import declared, names, subexprs, used
+from ..ir.visit import declared, names, subexprs, used, walk_regions
 
 LANES = 4  # partial sums
 SPLIT_MIN_AVERAGE = 16  # positions per run, on average, from which an operand's sums split
@@ -38,7 +40,12 @@ def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr]) -> IRStmt:
     floating-point scalar split into :data:`LANES` partial sums, when the runs of that array
     average at least :data:`SPLIT_MIN_AVERAGE` positions."""
     splitter = _Splitter(pos_lengths, declared(s) | used(s))
-    out = splitter.stmt(s, {})
+    scope: dict[str, str] = {}
+    out: list[IRStmt] = []
+    for x in block(s).stmts:
+        out.append(splitter.version(x, scope))
+        if isinstance(x, Decl):
+            scope[x.name] = x.ctype
     return block([Decl("bool", flag, test) for flag, test in splitter.flags.values()], out)
 
 
@@ -50,6 +57,26 @@ class _Splitter:
         # (tested once: tested per row, GCC reloaded its operands and SpMV on short rows
         # ran up to 16% slower)
         self.flags: dict[str, tuple[str, IRExpr]] = {}
+        # True: each split loop tests its flag; False: loops split unconditionally and
+        # their pos arrays gather in ``split_on`` (the caller versions the statement)
+        self.conditional = False
+        self.split_on: set[str] = set()
+
+    def version(self, s: IRStmt, scope: dict[str, str]) -> IRStmt:
+        """``s`` as ``if (flag) { s split } else { s }`` when its loops split on one
+        operand's flag; with several, or labels (which must not repeat), each split loop tests
+        its own flag."""
+        self.split_on = set()
+        split = self.stmt(s, scope)
+        if not self.split_on:
+            return s
+        if len(self.split_on) == 1 and not any(isinstance(x, Label) for x in walk_regions(s)):
+            return If(Var(self._flag(next(iter(self.split_on)))), block(split), block(s))
+        self.conditional = True
+        try:
+            return self.stmt(s, scope)
+        finally:
+            self.conditional = False
 
     def stmt(self, s: IRStmt, scope: dict[str, str]) -> IRStmt:
         """``s`` transformed; ``scope`` maps the variables declared around it to their types."""
@@ -106,7 +133,10 @@ class _Splitter:
                       grouped,
                       Assign(Var(total), tree[0]),
                       For(f.var, f.ctype, None, end, f.body))
-        return If(Var(self._flag(start.array)), split, Block((f,)))
+        if self.conditional:
+            return If(Var(self._flag(start.array)), split, Block((f,)))
+        self.split_on.add(start.array)
+        return split
 
     def _flag(self, pos: str) -> str:
         if pos not in self.flags:
