@@ -54,8 +54,6 @@ class _Splitter:
         self.pos_lengths = pos_lengths
         self.taken = taken
         # per pos array: the flag declared before the loops that says its runs are long
-        # (tested once: tested per row, GCC reloaded its operands and SpMV on short rows
-        # ran up to 16% slower)
         self.flags: dict[str, tuple[str, IRExpr]] = {}
         # True: each split loop tests its flag; False: loops split unconditionally and
         # their pos arrays gather in ``split_on`` (the caller versions the statement)
@@ -172,12 +170,14 @@ class _Splitter:
 
 
 def _minus_one(e: IRExpr) -> IRExpr:
+    """``e - 1``, folding an array length written ``n + 1`` back to ``n``."""
     if isinstance(e, Bin) and e.op == "+" and e.b == Const(1):
         return e.a
     return Bin("-", e, Const(1))
 
 
 def _subst(e: IRExpr, m: dict[str, IRExpr]) -> IRExpr:
+    """``e`` with the variables named in ``m`` replaced by their expressions."""
     if isinstance(e, Var):
         return m.get(e.name, e)
     if isinstance(e, Load):
