@@ -81,6 +81,25 @@ static inline int64_t coiter_balanced_start(const int64_t* prefix, int64_t n, in
   return lo;
 }}
 """),
+    (('coiter_far_bytes',), """\
+/* bytes from which an array read at scattered places (SpMV's x) is fetched ahead: three
+   times a core's L2 cache as glibc reports it (1 MiB where it reports none); smaller
+   arrays stay in L2, where prefetching only costs (lower/gathers.py) */
+#include <unistd.h>
+static int64_t coiter_far_bytes(void) {{
+  static int64_t far;
+  int64_t f = __atomic_load_n(&far, __ATOMIC_RELAXED);
+  if (!f) {{
+    long l2 = -1;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    f = 3 * (l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20);
+    __atomic_store_n(&far, f, __ATOMIC_RELAXED);
+  }}
+  return f;
+}}
+"""),
     (('coiter_advise', 'coiter_malloc', 'coiter_calloc', 'coiter_realloc'), """\
 /* Heap blocks of 4 MiB and more get transparent huge pages, as NumPy's arrays do: a 64 MiB
    result then takes 32 page faults, not 16384 (a third of a large SpAdd's time). The

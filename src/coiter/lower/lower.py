@@ -48,6 +48,7 @@ from .growth import drop_unread_zero_fill
 from .names import Namer
 from .ism import SparseWorkspaces
 from .scatter import ParallelScatter
+from .gathers import prefetch_far_gathers
 from .prefetch import prefetch_located_segments
 from .sums import split_long_sums
 from .reductions import atomic_updates, scalar_accumulation
@@ -1761,6 +1762,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         if self.target == "c":
             body = prefetch_located_segments(block(body), self._input_array_lengths("crd"))
             body = split_long_sums(body, self._input_array_lengths("pos"))
+            body = prefetch_far_gathers(body, self._input_array_lengths("crd"), self._dense_bytes())
         prologue += self.temp_allocs
         epilogue: list[IRStmt] = list(self.temp_frees)
         out_arrays: list[tuple[int, str]] = []
@@ -1789,6 +1791,23 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                 arrays, size = lengths
                 if kind in arrays:
                     out[self.names(name, k).array(kind)] = arrays[kind]
+        return out
+
+    def _dense_bytes(self) -> dict[str, IRExpr]:
+        """The size in bytes, in generated code, of the values of every input and result
+        stored densely (every level dense: the arrays a coordinate indexes directly)."""
+        out: dict[str, IRExpr] = {}
+        for name, decl in self.decls.items():
+            if decl.role not in ("input", "result"):
+                continue
+            size: IRExpr = Const(1)
+            for k, level in enumerate(decl.format.levels):
+                lengths = level.array_lengths(self.names(name, k), size)
+                if lengths is None or lengths[0]:
+                    break
+                size = lengths[1]
+            else:
+                out[self.vals(name)] = Bin("*", size, Const(self.dtypes[name].itemsize))
         return out
 
     def _bound_checks(self) -> list[IRStmt]:
