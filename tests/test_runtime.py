@@ -101,6 +101,18 @@ def test_cflags_are_used_and_part_of_the_key(monkeypatch: pytest.MonkeyPatch) ->
     assert ctypes.CDLL(str(nine)).value() == 9
 
 
+def test_loaded_libraries_follow_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that changes COITER_CFLAGS (or CC) loads the library built with the new
+    flags, not the one loaded before under the same source."""
+    source = "int value(void) { return COITER_VALUE; }\n"
+    monkeypatch.setenv("COITER_CFLAGS", "-O1 -DCOITER_VALUE=7")
+    assert load_library(source).value() == 7
+    monkeypatch.setenv("COITER_CFLAGS", "-O1 -DCOITER_VALUE=9")
+    assert load_library(source).value() == 9
+    monkeypatch.setenv("COITER_CFLAGS", "-O1 -DCOITER_VALUE=7")
+    assert load_library(source).value() == 7
+
+
 def test_the_generic_cflags_variable_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     # a CFLAGS meant for another build (here: one that defines a macro) leaves kernels alone
     source = "int value(void) {\n#ifdef COITER_VALUE\n  return 1;\n#else\n  return 0;\n#endif\n}\n"

@@ -172,14 +172,94 @@ static inline int64_t coiter_row_set_bytes(int64_t dim) {{
   return coiter_row_flag_bytes(dim) + 8 * (words + (words >> 6) + 1);
 }}
 """),
+    (('coiter_sort16', 'coiter_sort_network'), """\
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI2__)
+#define COITER_SORT_AVX512 1
+#include <immintrin.h>
+/* Sorting networks on 16 int32 lanes of a register, for coordinate lists of 17 to 128
+   entries (distinct, below INT32_MAX, which pads): a bitonic network has no branch to
+   mispredict, where insertion sort mispredicts about once an entry */
+static inline __m512i coiter_exchange16(__m512i v, int dist, __mmask16 upper) {{
+  __m512i p = dist == 1 ? _mm512_shuffle_epi32(v, _MM_PERM_CDAB)
+            : dist == 2 ? _mm512_shuffle_epi32(v, _MM_PERM_BADC)
+            : dist == 4 ? _mm512_shuffle_i32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1))
+            : _mm512_shuffle_i32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2));
+  return _mm512_mask_blend_epi32(upper, _mm512_min_epi32(v, p), _mm512_max_epi32(v, p));
+}}
+/* each step compares lanes dist apart; the lanes in upper keep the larger value */
+static inline __m512i coiter_sort16(__m512i v) {{
+  static const int dist[10] = {{1, 2, 1, 4, 2, 1, 8, 4, 2, 1}};
+  static const __mmask16 upper[10] = {{0x6666, 0x3c3c, 0x5a5a, 0x0ff0, 0x33cc, 0x55aa,
+                                       0xff00, 0xf0f0, 0xcccc, 0xaaaa}};
+  for (int s = 0; s < 10; s++) v = coiter_exchange16(v, dist[s], upper[s]);
+  return v;
+}}
+/* a bitonic sequence of 16 lanes, sorted */
+static inline __m512i coiter_clean16(__m512i v) {{
+  v = coiter_exchange16(v, 8, 0xff00);
+  v = coiter_exchange16(v, 4, 0xf0f0);
+  v = coiter_exchange16(v, 2, 0xcccc);
+  return coiter_exchange16(v, 1, 0xaaaa);
+}}
+/* v[0..h) and v[h..2h) sorted (16 lanes each register) -> v[0..2h) sorted */
+static inline void coiter_merge16(__m512i* v, int h) {{
+  const __m512i rev = _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i b[4];
+  for (int i = 0; i < h; i++) b[i] = _mm512_permutexvar_epi32(rev, v[2 * h - 1 - i]);
+  for (int i = 0; i < h; i++) {{
+    __m512i lo = _mm512_min_epi32(v[i], b[i]), hi = _mm512_max_epi32(v[i], b[i]);
+    v[i] = lo;
+    v[h + i] = hi;
+  }}
+  for (__m512i* w = v; w < v + 2 * h; w += h) {{
+    for (int d = h / 2; d >= 1; d /= 2)
+      for (int i = 0; i < h; i++)
+        if (!(i & d)) {{
+          __m512i lo = _mm512_min_epi32(w[i], w[i + d]), hi = _mm512_max_epi32(w[i], w[i + d]);
+          w[i] = lo;
+          w[i + d] = hi;
+        }}
+    for (int i = 0; i < h; i++) w[i] = coiter_clean16(w[i]);
+  }}
+}}
+/* a[0..n), n <= 128, sorted: 16 entries a register (INT32_MAX past n), registers sorted
+   alone, then merged pairwise */
+static void coiter_sort_network(int64_t* restrict a, int64_t n) {{
+  const __m512i pad = _mm512_set1_epi64(INT32_MAX);
+  int r = n <= 32 ? 2 : n <= 64 ? 4 : 8;
+  __m512i v[8];
+  for (int i = 0; i < r; i++) {{
+    int64_t left = n - 16 * i, lo = left < 0 ? 0 : (left > 8 ? 8 : left), hi = left < 8 ? 0 : (left > 16 ? 8 : left - 8);
+    __m256i x = _mm512_cvtepi64_epi32(_mm512_mask_loadu_epi64(pad, (__mmask8)((1u << lo) - 1), a + 16 * i));
+    __m256i y = _mm512_cvtepi64_epi32(_mm512_mask_loadu_epi64(pad, (__mmask8)((1u << hi) - 1), a + 16 * i + 8));
+    v[i] = coiter_sort16(_mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1));
+  }}
+  for (int h = 1; h < r; h *= 2)
+    for (int s = 0; s < r; s += 2 * h) coiter_merge16(v + s, h);
+  for (int i = 0; i < r; i++) {{
+    int64_t left = n - 16 * i, lo = left < 0 ? 0 : (left > 8 ? 8 : left), hi = left < 8 ? 0 : (left > 16 ? 8 : left - 8);
+    _mm512_mask_storeu_epi64(a + 16 * i, (__mmask8)((1u << lo) - 1), _mm512_cvtepi32_epi64(_mm512_castsi512_si256(v[i])));
+    _mm512_mask_storeu_epi64(a + 16 * i + 8, (__mmask8)((1u << hi) - 1), _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v[i], 1)));
+  }}
+}}
+#endif
+"""),
     (('coiter_sort_index',), """\
-/* order a workspace's coordinate list a[0..n) (coordinates flagged in set): short lists by
-   quicksort; longer ones by setting their bits in set's bitmap and reading them back in
-   order, which leaves the bitmap zeroed (about 4n operations plus one summary word per 4096
-   coordinates of the list's range; quicksort and radix sort cost twice that on SpGEMM rows) */
+/* order a workspace's coordinate list a[0..n) (coordinates flagged in set): up to 16 by
+   insertion sort; up to 128 by sorting networks where the processor has AVX-512 (32 by
+   quicksort elsewhere); longer ones by setting their bits in set's bitmap and reading them
+   back in order, which leaves the bitmap zeroed (about 4n operations plus one summary word
+   per 4096 coordinates of the list's range; quicksort and radix sort cost twice that on
+   SpGEMM rows). With AVX-512 each word's bits are read back by a compress instruction,
+   without a branch per bit */
 static void coiter_sort_index(int64_t* restrict a, int64_t n, uint8_t* restrict set, int64_t dim) {{
   if (n < 2) return;
+  if (n <= 16) {{ coiter_qsort_index(a, n); return; }}
+#ifdef COITER_SORT_AVX512
+  if (n <= 128 && dim <= INT32_MAX) {{ coiter_sort_network(a, n); return; }}
+#else
   if (n <= 32) {{ coiter_qsort_index(a, n); return; }}
+#endif
   uint64_t* bits = (uint64_t*)(set + coiter_row_flag_bytes(dim));
   uint64_t* summary = bits + (dim >> 6) + 1;
   int64_t lo = a[0], hi = a[0];
@@ -191,6 +271,33 @@ static void coiter_sort_index(int64_t* restrict a, int64_t n, uint8_t* restrict 
     summary[j >> 12] |= (uint64_t)1 << ((j >> 6) & 63);
   }}
   int64_t k = 0;
+#ifdef COITER_SORT_AVX512
+  /* byte b of iota is b: compressed by a word, it lists the word's set bits in order */
+  const __m512i iota = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48,
+      47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24,
+      23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (int64_t s = lo >> 12; s <= hi >> 12; s++) {{
+    uint64_t sw = summary[s];
+    summary[s] = 0;
+    uint8_t words[64];
+    _mm512_storeu_si512(words, _mm512_maskz_compress_epi8(sw, iota));
+    for (int q = 0, nw = __builtin_popcountll(sw); q < nw; q++) {{
+      int64_t w = (s << 6) + words[q];
+      uint64_t word = bits[w];
+      bits[w] = 0;
+      uint8_t at[64];
+      _mm512_storeu_si512(at, _mm512_maskz_compress_epi8(word, iota));
+      __m512i base = _mm512_set1_epi64(w << 6);
+      int count = __builtin_popcountll(word);
+      for (int r = 0; r < count; r += 8) {{
+        __m512i c = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(at + r)));
+        int m = count - r < 8 ? count - r : 8;
+        _mm512_mask_storeu_epi64(a + k + r, (__mmask8)((1u << m) - 1), _mm512_add_epi64(base, c));
+      }}
+      k += count;
+    }}
+  }}
+#else
   for (int64_t s = lo >> 12; s <= hi >> 12; s++) {{
     uint64_t sw = summary[s];
     summary[s] = 0;
@@ -201,6 +308,7 @@ static void coiter_sort_index(int64_t* restrict a, int64_t n, uint8_t* restrict 
       for (; word; word &= word - 1) a[k++] = (w << 6) + __builtin_ctzll(word);
     }}
   }}
+#endif
 }}
 """),
     (('coiter_hash_locate',), """\

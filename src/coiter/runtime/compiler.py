@@ -190,7 +190,8 @@ def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str
 def load_library(source: str, *, openmp: bool = True, fast_math: bool = False) -> ctypes.CDLL:
     """Return a loaded library for C ``source``, compiling it on a cache miss.
 
-    Repeated calls with the same source (and settings) return the same CDLL. Under
+    Repeated calls with the same source and settings (``$CC``, ``$COITER_CFLAGS`` included)
+    return the same CDLL. Under
     ``COITER_SANITIZE`` a :class:`CompileError` says how to restart Python when the ASan
     runtime is not loaded (see :func:`require_sanitizer_runtime`).
     """
@@ -199,7 +200,10 @@ def load_library(source: str, *, openmp: bool = True, fast_math: bool = False) -
         require_sanitizer_runtime()
     mode = (f"{'omp' if openmp else 'serial'}{'+fastmath' if fast_math else ''}"
             f"{'+sanitize' if sanitize else ''}")
-    key = hashlib.sha256(f"{mode}\0{source}".encode()).hexdigest()
+    # $CC and $COITER_CFLAGS are re-read on every call: a process that changes them gets
+    # the library they build, not one it loaded before
+    toolchain = f"{os.environ.get('CC', '')}\0{os.environ.get(CFLAGS_VARIABLE, DEFAULT_CFLAGS)}"
+    key = hashlib.sha256(f"{mode}\0{toolchain}\0{source}".encode()).hexdigest()
     return load_cached(key, lambda: compile_library(source, openmp=openmp, fast_math=fast_math))
 
 
