@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -1781,16 +1781,10 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         generated code."""
         out: dict[str, IRExpr] = {}
         for name, decl in self.decls.items():
-            if decl.role != "input":
-                continue
-            size: IRExpr = Const(1)
-            for k, level in enumerate(decl.format.levels):
-                lengths = level.array_lengths(self.names(name, k), size)
-                if lengths is None:
-                    break
-                arrays, size = lengths
-                if kind in arrays:
-                    out[self.names(name, k).array(kind)] = arrays[kind]
+            if decl.role == "input":
+                for k, arrays, _ in self._level_lengths(name):
+                    if kind in arrays:
+                        out[self.names(name, k).array(kind)] = arrays[kind]
         return out
 
     def _dense_bytes(self) -> dict[str, IRExpr]:
@@ -1800,15 +1794,22 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         for name, decl in self.decls.items():
             if decl.role not in ("input", "result"):
                 continue
-            size: IRExpr = Const(1)
-            for k, level in enumerate(decl.format.levels):
-                lengths = level.array_lengths(self.names(name, k), size)
-                if lengths is None or lengths[0]:
-                    break
-                size = lengths[1]
-            else:
+            levels = list(self._level_lengths(name))
+            if len(levels) == len(decl.format.levels) and not any(a for _, a, _ in levels):
+                size = levels[-1][2] if levels else Const(1)
                 out[self.vals(name)] = Bin("*", size, Const(self.dtypes[name].itemsize))
         return out
+
+    def _level_lengths(self, name: str) -> Iterator[tuple[int, dict[str, IRExpr], IRExpr]]:
+        """Each of ``name``'s levels, outermost first, while generated code knows their
+        lengths: the level, its arrays' element counts and its number of positions."""
+        size: IRExpr = Const(1)
+        for k, level in enumerate(self.decls[name].format.levels):
+            lengths = level.array_lengths(self.names(name, k), size)
+            if lengths is None:
+                return
+            arrays, size = lengths
+            yield k, arrays, size
 
     def _bound_checks(self) -> list[IRStmt]:
         """Return BOUND_ERROR unless the extents meet the schedule's bound() promises."""

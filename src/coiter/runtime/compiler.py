@@ -191,9 +191,8 @@ def load_library(source: str, *, openmp: bool = True, fast_math: bool = False) -
     """Return a loaded library for C ``source``, compiling it on a cache miss.
 
     Repeated calls with the same source and settings (``$CC``, ``$COITER_CFLAGS`` included)
-    return the same CDLL. Under
-    ``COITER_SANITIZE`` a :class:`CompileError` says how to restart Python when the ASan
-    runtime is not loaded (see :func:`require_sanitizer_runtime`).
+    return the same CDLL. Under ``COITER_SANITIZE`` a :class:`CompileError` says how to
+    restart Python when the ASan runtime is not loaded (see :func:`require_sanitizer_runtime`).
     """
     sanitize = sanitizing()
     if sanitize:
