@@ -15,9 +15,9 @@ array holds at least ``coiter_far_bytes()`` (three times the L2 cache glibc repo
 where it reports none), and each statement of the kernel's body whose loops fetch for one
 array is versioned on it (``if (x_far) { loops that prefetch } else { loops }``); statements
 with several such arrays, or labels, test the flag in the loop. In a C harness, CSR SpMV
-at 1 / 2 threads (ms, plain -> prefetch; L2 of 1 MiB): USA-road-NE (``x`` 12 MB)
-15.3 -> 9.9 / 7.3 -> 4.9, USA-road-NW (9.6 MB) 11.7 -> 8.2 / 5.6 -> 4.1, USA-road-FLA (8.6 MB)
-9.4 -> 7.0, USA-road-COL (3.5 MB) 3.5 -> 2.8 / 1.7 -> 1.4; with ``x`` of 2.0-2.6 MB the change
+at 1 / 2 threads (ms, plain -> prefetch; L2 of 1 MiB; docs/performance.md has the table):
+USA-road-NE (``x`` 12 MB) 15.3 -> 9.9 / 6.6 -> 5.3, USA-road-NW (9.6 MB) 11.7 -> 8.2 /
+4.6 -> 4.1, USA-road-COL (3.5 MB) 3.5 -> 2.8 / 1.3 -> 1.4; with ``x`` of 2.0-2.6 MB the change
 went either way (USA-road-NY 1.45 -> 1.57, a uniform random matrix 3.9 -> 4.2, a power-law
 one 4.1 -> 3.9), hence three times L2.
 
