@@ -30,9 +30,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.nodes import (
-    Assign, Bin, Block, Call, Const, Decl, ExprStmt, For, If, IRExpr, IRStmt, Label, Load, Pragma,
-    Region, Un, Var, While, add, block,
+    Assign, Bin, Block, Call, Const, Decl, ExprStmt, For, If, IRExpr, IRStmt, Label, Load, Un, Var,
+    While, add, block,
 )
+from ..ir.rewrite import map_loops
 from ..ir.visit import declared, exprs, subexprs, used, walk, walk_regions
 
 GATHER_AHEAD = 128  # positions ahead whose element is fetched
@@ -85,21 +86,7 @@ class _Fetcher:
             self.conditional = False
 
     def stmt(self, s: IRStmt) -> IRStmt:
-        if isinstance(s, Block):
-            return Block(tuple(self.stmt(x) for x in s.stmts))
-        if isinstance(s, For):
-            fetching = self._fetch(s)
-            return fetching if fetching is not None else replace(s, body=self.stmt(s.body))
-        if isinstance(s, While):
-            return replace(s, body=self.stmt(s.body))
-        if isinstance(s, If):
-            other = None if s.otherwise is None else self.stmt(s.otherwise)
-            return replace(s, then=self.stmt(s.then), otherwise=other)
-        if isinstance(s, Region):
-            return replace(s, body=self.stmt(s.body))
-        if isinstance(s, Pragma) and isinstance(s.stmt, For):
-            return replace(s, stmt=self.stmt(s.stmt))  # still a loop, right after its pragma
-        return s
+        return map_loops(s, lambda f, _: self._fetch(f))
 
     def _fetch(self, f: For) -> For | None:
         if f.start is None or f.unit:

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.nodes import (
-    Bin, Block, Call, Const, Decl, ExprStmt, For, If, IRExpr, IRStmt, Load, Pragma, Region, Un,
-    Var, While, add, block,
+    Bin, Block, Call, Const, Decl, ExprStmt, For, If, IRExpr, IRStmt, Load, Un, Var, add, block,
 )
+from ..ir.rewrite import map_loops
 from ..ir.visit import exprs, subexprs, walk
 
 PREFETCH_POS = 8  # positions ahead whose pos entry is fetched
@@ -33,21 +33,10 @@ def prefetch_located_segments(s: IRStmt, lengths: dict[str, IRExpr]) -> IRStmt:
     """``s`` with prefetches in every loop over positions ``p`` of a coordinate array in
     ``lengths`` (its element count) whose body reads ``k = crd[p]`` first and then walks a
     segment ``pos[k] .. pos[k+1]`` of another array."""
-    if isinstance(s, Block):
-        return Block(tuple(prefetch_located_segments(x, lengths) for x in s.stmts))
-    if isinstance(s, For):
-        body = prefetch_located_segments(s.body, lengths)
-        return replace(s, body=_with_prefetch(s.var, body, lengths))
-    if isinstance(s, While):
-        return replace(s, body=prefetch_located_segments(s.body, lengths))
-    if isinstance(s, If):
-        other = None if s.otherwise is None else prefetch_located_segments(s.otherwise, lengths)
-        return replace(s, then=prefetch_located_segments(s.then, lengths), otherwise=other)
-    if isinstance(s, Region):
-        return replace(s, body=prefetch_located_segments(s.body, lengths))
-    if isinstance(s, Pragma):
-        return replace(s, stmt=prefetch_located_segments(s.stmt, lengths))
-    return s
+    def rewrite(f: For, _: dict[str, str]) -> For:
+        return replace(f, body=_with_prefetch(f.var, map_loops(f.body, rewrite), lengths))
+
+    return map_loops(s, rewrite)
 
 
 def _with_prefetch(p: str, body: Block, lengths: dict[str, IRExpr]) -> Block:

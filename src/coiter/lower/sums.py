@@ -21,12 +21,11 @@ bcsstk33 342 -> 220, bcsstk16 163 -> 110, mbeacxc 41 -> 24, lp_fit2d 124 -> 70, 
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..ir.nodes import (
     Assign, Bin, Block, Call, Cast, Const, Decl, For, If, IRExpr, IRStmt, Label, Load, Max, Min,
-    Pragma, Region, Select, Un, Var, While, add, block,
+    Select, Un, Var, While, add, block,
 )
+from ..ir.rewrite import map_loops
 from ..ir.visit import declared, names, subexprs, used, walk_regions
 
 LANES = 4  # partial sums
@@ -78,28 +77,7 @@ class _Splitter:
 
     def stmt(self, s: IRStmt, scope: dict[str, str]) -> IRStmt:
         """``s`` transformed; ``scope`` maps the variables declared around it to their types."""
-        if isinstance(s, Block):
-            inner = dict(scope)
-            out: list[IRStmt] = []
-            for x in s.stmts:
-                out.append(self.stmt(x, inner))
-                if isinstance(x, Decl):
-                    inner[x.name] = x.ctype
-            return Block(tuple(out))
-        if isinstance(s, For):
-            split = self._split(s, scope)
-            return split if split is not None else replace(s, body=self.stmt(s.body, scope))
-        if isinstance(s, While):
-            return replace(s, body=self.stmt(s.body, scope))
-        if isinstance(s, If):
-            other = None if s.otherwise is None else self.stmt(s.otherwise, scope)
-            return replace(s, then=self.stmt(s.then, scope), otherwise=other)
-        if isinstance(s, Region):
-            return replace(s, body=self.stmt(s.body, scope))
-        if isinstance(s, Pragma) and isinstance(s.stmt, For):
-            # the pragma must stay right before its loop: transform inside the loop only
-            return replace(s, stmt=replace(s.stmt, body=self.stmt(s.stmt.body, scope)))
-        return s
+        return map_loops(s, self._split, scope)
 
     def _split(self, f: For, scope: dict[str, str]) -> IRStmt | None:
         start, end = f.start, f.end
