@@ -228,18 +228,20 @@ static void coiter_sort_network(int64_t* restrict a, int64_t n) {{
   const __m512i pad = _mm512_set1_epi64(INT32_MAX);
   int r = n <= 32 ? 2 : n <= 64 ? 4 : 8;
   __m512i v[8];
+  __mmask8 lo[8], hi[8];
   for (int i = 0; i < r; i++) {{
-    int64_t left = n - 16 * i, lo = left < 0 ? 0 : (left > 8 ? 8 : left), hi = left < 8 ? 0 : (left > 16 ? 8 : left - 8);
-    __m256i x = _mm512_cvtepi64_epi32(_mm512_mask_loadu_epi64(pad, (__mmask8)((1u << lo) - 1), a + 16 * i));
-    __m256i y = _mm512_cvtepi64_epi32(_mm512_mask_loadu_epi64(pad, (__mmask8)((1u << hi) - 1), a + 16 * i + 8));
+    int64_t left = n - 16 * i;  /* entries of register i: left of a[16i..16i+8), then of the next 8 */
+    lo[i] = (__mmask8)((1u << (left < 0 ? 0 : (left > 8 ? 8 : left))) - 1);
+    hi[i] = (__mmask8)((1u << (left < 8 ? 0 : (left > 16 ? 8 : left - 8))) - 1);
+    __m256i x = _mm512_cvtepi64_epi32(_mm512_mask_loadu_epi64(pad, lo[i], a + 16 * i));
+    __m256i y = _mm512_cvtepi64_epi32(_mm512_mask_loadu_epi64(pad, hi[i], a + 16 * i + 8));
     v[i] = coiter_sort16(_mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1));
   }}
   for (int h = 1; h < r; h *= 2)
     for (int s = 0; s < r; s += 2 * h) coiter_merge16(v + s, h);
   for (int i = 0; i < r; i++) {{
-    int64_t left = n - 16 * i, lo = left < 0 ? 0 : (left > 8 ? 8 : left), hi = left < 8 ? 0 : (left > 16 ? 8 : left - 8);
-    _mm512_mask_storeu_epi64(a + 16 * i, (__mmask8)((1u << lo) - 1), _mm512_cvtepi32_epi64(_mm512_castsi512_si256(v[i])));
-    _mm512_mask_storeu_epi64(a + 16 * i + 8, (__mmask8)((1u << hi) - 1), _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v[i], 1)));
+    _mm512_mask_storeu_epi64(a + 16 * i, lo[i], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(v[i])));
+    _mm512_mask_storeu_epi64(a + 16 * i + 8, hi[i], _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v[i], 1)));
   }}
 }}
 #endif
