@@ -4,7 +4,11 @@ still compute or raise as before), the work-based thread count and GIL release."
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -206,6 +210,74 @@ int max_threads(void) {
     lib.chunk_for.restype = ctypes.c_int64
     for rows, threads, expected in [(10, 2, 64), (4884, 2, 152), (10**7, 2, 2048), (10**6, 0, 2048)]:
         assert lib.chunk_for(rows, threads) == expected, (rows, threads)
+
+
+def test_a_late_team_sends_the_next_calls_to_one_thread() -> None:
+    """The prelude's backoff: after a region whose thread 0 waited longer than it worked
+    (a worker waited for a busy core), calls that choose their thread count run on one
+    thread for 50 ms, twice as long when it recurs at once, and a requested count is kept;
+    a region that did not wait resets the period."""
+    source = preamble("INT32_MAX") + """
+int threads_for(int64_t n, int64_t work) { return coiter_threads(n, work); }
+int64_t now_ns(void) { return coiter_clock(); }
+void team_done(int64_t start, int64_t first_done) { coiter_team_done(start, first_done); }
+int64_t serial_left_ns(void) {
+#ifdef _OPENMP
+  return coiter_serial_until - coiter_clock();
+#else
+  return -1;
+#endif
+}
+void use_threads(int n) {
+#ifdef _OPENMP
+  omp_set_num_threads(n);
+#endif
+}
+"""
+    lib = load_library(source)
+    lib.threads_for.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    lib.team_done.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    lib.now_ns.restype = lib.serial_left_ns.restype = ctypes.c_int64
+    lib.use_threads(2)
+    if lib.threads_for(0, 10**9) != 2:
+        pytest.skip("kernels are built without OpenMP here")
+    ms = 1_000_000
+    now = lib.now_ns()
+    lib.team_done(now - ms, now - ms // 2)  # waited as long as it worked: still 2 threads
+    assert lib.threads_for(0, 10**9) == 2
+    now = lib.now_ns()
+    lib.team_done(now - 6 * ms, now - 5 * ms)  # worked 1 ms, then waited 5 ms
+    assert lib.threads_for(0, 10**9) == 1 and lib.threads_for(2, 10**9) == 2
+    assert 40 * ms < lib.serial_left_ns() <= 50 * ms
+    now = lib.now_ns()
+    lib.team_done(now - 6 * ms, now - 5 * ms)  # again: the period doubles
+    assert 90 * ms < lib.serial_left_ns() <= 100 * ms
+    now = lib.now_ns()
+    lib.team_done(now - 2 * ms, now - ms // 10)  # a team on time resets it to 50 ms ...
+    now = lib.now_ns()
+    lib.team_done(now - 6 * ms, now - 5 * ms)
+    assert 40 * ms < lib.serial_left_ns() <= 50 * ms
+    time.sleep(0.06)  # ... after which calls take their threads again
+    assert lib.threads_for(0, 10**9) == 2
+
+
+def test_default_threads_on_a_busy_machine_give_scipys_values() -> None:
+    """With every core kept busy by other processes, calls at the default thread count switch
+    between the parallel and the serial loop (late teams); every result equals SciPy's."""
+    A = _random_csr(20_000, 8, 7)
+    x = np.random.default_rng(7).standard_normal(20_000)
+    expected = A @ x
+    kernel = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    a = coiter.Tensor.from_scipy(A)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(os.cpu_count() or 1)]
+    try:
+        for _ in range(300):
+            np.testing.assert_allclose(kernel(A=a, x=x).to_numpy(), expected, rtol=1e-12, atol=1e-12)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
 
 
 def _random_csr(n: int, per_row: int, seed: int) -> sp.csr_array:

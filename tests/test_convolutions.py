@@ -379,7 +379,7 @@ def test_gathered_rows_run_in_parallel() -> None:
     kern = coiter.compile(expr, {"I": "dsss"}, padding=True,
                           schedule="parallelize(x,CPUThread,NoRaces)")
     assert "r = " in str(kern.concrete) and "y = " in str(kern.concrete)
-    assert "omp parallel for" in kern.source
+    assert "#pragma omp for" in kern.source
     subs = [({"n": 1}, 0), ({"x": 1, "r": 1}, -1), ({"y": 1, "q": 1}, -1), ({"c": 1}, 0)]
     expected = reference(["n", "x", "y", "k"], [(x, subs), (f, [({v: 1}, 0) for v in "rqck"])],
                          {"n": 1, "x": 9, "y": 8, "k": 4, "r": 3, "q": 3, "c": 3})

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 import coiter
 
-PRAGMA = "#pragma omp parallel for"
+PRAGMA = "#pragma omp for"
 
 
 def kernel_source(expr: str, formats: dict) -> str:

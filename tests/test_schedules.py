@@ -172,8 +172,20 @@ def _threads_or_serial(parallel_loop: str, call: str) -> str:
     """A parallel loop as lowering and the C back end emit it: under a thread-count test,
     its body moved into a helper function the loop calls, with a serial copy."""
     lines = parallel_loop.splitlines(keepends=True)
-    pragma, head = lines[0], lines[1]
-    parallel = f"  {pragma}  {head}      {call};\n    }}\n"
+    assert lines[0] == "  #pragma omp parallel for schedule(dynamic, 1) num_threads(COITER_THREADS())\n"
+    head = lines[1]
+    # the C back end splits the directive: a region noting when thread 0 ran out of work
+    # (coiter_team_done) around the loop's own directive
+    parallel = ("    {\n"
+                "      int64_t coiter_team_start = coiter_clock(), coiter_team_first_done = 0;\n"
+                "      #pragma omp parallel num_threads(COITER_THREADS())\n"
+                "      {\n"
+                "        #pragma omp for schedule(dynamic, 1) nowait\n"
+                f"      {head}          {call};\n        }}\n"
+                "        if (COITER_THREAD_NUM() == 0) coiter_team_first_done = coiter_clock();\n"
+                "      }\n"
+                "      coiter_team_done(coiter_team_start, coiter_team_first_done);\n"
+                "    }\n")
     serial = "".join("  " + line for line in lines[1:])
     return f"  if (COITER_THREADS() > 1) {{\n{parallel}  }} else {{\n{serial}  }}\n  return 0;\n}}"
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from functools import singledispatch
 
 from .outline import outline_parallel_bodies
@@ -32,17 +33,48 @@ HEAD = """\
 #define COITER_WORK_PER_THREAD {work_per_thread}
 #ifdef _OPENMP
 #include <omp.h>
+#include <time.h>
+static inline int64_t coiter_clock(void) {{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}}
+/* A team that came late. Where another process keeps a core busy, a woken worker may wait a
+   scheduler time slice (milliseconds) for a core, and the thread that forked it, having done
+   all the work of a dynamic schedule, waits at the region's end: CSR SpMV on bcsstk16
+   took 4 to 8 ms instead of 0.16 in one call of ten. After a region whose thread 0 waited
+   longer than it worked (and 50 us more), the calls of this kernel that choose their own
+   thread count run on one thread until coiter_serial_until (nanoseconds of coiter_clock):
+   for 50 ms, doubling as long as it recurs, up to 1.6 s, so that a machine that became
+   quiet is noticed soon, and a busy one costs one slow call per period */
+#define COITER_SERIAL_MIN_NS ((int64_t)50000000)
+#define COITER_SERIAL_MAX_NS ((int64_t)1600000000)
+static int64_t coiter_serial_until, coiter_serial_for = COITER_SERIAL_MIN_NS;
+static inline void coiter_team_done(int64_t start, int64_t first_done) {{
+  int64_t now = coiter_clock(), span = __atomic_load_n(&coiter_serial_for, __ATOMIC_RELAXED);
+  if (now - first_done > first_done - start + 50000) {{
+    __atomic_store_n(&coiter_serial_until, now + span, __ATOMIC_RELAXED);
+    __atomic_store_n(&coiter_serial_for, span < COITER_SERIAL_MAX_NS ? 2 * span : span, __ATOMIC_RELAXED);
+  }} else if (span != COITER_SERIAL_MIN_NS) {{
+    __atomic_store_n(&coiter_serial_for, COITER_SERIAL_MIN_NS, __ATOMIC_RELAXED);
+  }}
+}}
 /* threads of a parallel region: the n requested, or (n = 0) OpenMP's default limited to one
    thread per COITER_WORK_PER_THREAD units of work (values the call reads and writes): a
-   region costs microseconds, and a thread waiting for a busy core much more */
+   region costs microseconds, and a thread waiting for a busy core much more; and one
+   thread for the period after a team that came late */
 static inline int coiter_threads(int64_t n, int64_t work) {{
   if (n > 0) return (int)n;
   int64_t most = work / COITER_WORK_PER_THREAD, t = omp_get_max_threads();
-  return (int)(most < 1 ? 1 : (most < t ? most : t));
+  if (most < 2 || t < 2) return 1;
+  if (coiter_clock() < __atomic_load_n(&coiter_serial_until, __ATOMIC_RELAXED)) return 1;
+  return (int)(most < t ? most : t);
 }}
 #define COITER_THREAD_NUM() omp_get_thread_num()
 #else
 static inline int coiter_threads(int64_t n, int64_t work) {{ (void)n; (void)work; return 1; }}
+static inline int64_t coiter_clock(void) {{ return 0; }}
+static inline void coiter_team_done(int64_t start, int64_t first_done) {{ (void)start; (void)first_done; }}
 #define COITER_THREAD_NUM() 0
 #endif
 /* Before a sparse loop that sums into a scalar in order (SpMV's row sum): without
@@ -514,6 +546,8 @@ def _(s: Block, ind: str) -> list[str]:
 
 @stmt.register
 def _(s: For, ind: str) -> list[str]:
+    if s.pragma and s.pragma.startswith(_PARALLEL_FOR):
+        return _team(s, ind)
     init = f"{s.ctype} {s.var} = {expr(s.start)}" if s.start is not None else ""
     head = f"{ind}for ({init}; {s.var} < {expr(s.end)}; {s.var}++) {{"
     pragma = [f"{ind}#pragma {s.pragma}"] if s.pragma else []
@@ -522,6 +556,45 @@ def _(s: For, ind: str) -> list[str]:
     if not pragma and _scalar_sum(s):
         pragma.append(f"{ind}COITER_SCALAR_SUM")
     return [*pragma, head, *_block(s.body, ind + "  "), f"{ind}}}"]
+
+
+_PARALLEL_FOR = "omp parallel for "
+
+
+def _team(s: For, ind: str) -> list[str]:
+    """A parallel loop as a region (``omp parallel`` with the loop's thread count) around the
+    loop (``omp for`` with its other clauses, ``nowait``: the region's end is the barrier its
+    reductions complete at). Under a dynamic schedule thread 0 notes when it ran out of
+    iterations, so that ``coiter_team_done`` sees a team that came late (the prelude
+    explains); a static schedule's threads may finish apart by design."""
+    clauses = _clauses(s.pragma[len(_PARALLEL_FOR):])
+    team = [c for c in clauses if c.startswith("num_threads(")]
+    loop = replace(s, pragma=" ".join(["omp for", *(c for c in clauses if c not in team), "nowait"]))
+    region = f"#pragma {' '.join(['omp parallel', *team])}"
+    inner = ind + "    "
+    if not any(c.startswith("schedule(dynamic") for c in clauses):
+        return [f"{ind}{region}", f"{ind}{{", *stmt(loop, ind + "  "), f"{ind}}}"]
+    return [f"{ind}{{",
+            f"{ind}  int64_t coiter_team_start = coiter_clock(), coiter_team_first_done = 0;",
+            f"{ind}  {region}",
+            f"{ind}  {{",
+            *stmt(loop, inner),
+            f"{inner}if (COITER_THREAD_NUM() == 0) coiter_team_first_done = coiter_clock();",
+            f"{ind}  }}",
+            f"{ind}  coiter_team_done(coiter_team_start, coiter_team_first_done);",
+            f"{ind}}}"]
+
+
+def _clauses(text: str) -> list[str]:
+    """The top-level clauses of an OpenMP directive's text (``a(b(c)) d(e)`` -> two)."""
+    out, depth, start = [], 0, 0
+    for k, ch in enumerate(text + " "):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == " " and depth == 0:
+            if text[start:k].strip():
+                out.append(text[start:k].strip())
+            start = k + 1
+    return out
 
 
 def _scalar_sum(s: For) -> bool:
