@@ -169,8 +169,9 @@ FIG4B = """\
 
 
 def _threads_or_serial(parallel_loop: str, call: str) -> str:
-    """A parallel loop as lowering and the C back end emit it: under a thread-count test,
-    its body moved into a helper function the loop calls, with a serial copy."""
+    """A parallel loop as lowering and the C back end emit it: after the call's thread count
+    is read, under a thread-count test, its body moved into a helper function the loop
+    calls, with a serial copy."""
     lines = parallel_loop.splitlines(keepends=True)
     assert lines[0] == "  #pragma omp parallel for schedule(dynamic, 1) num_threads(COITER_THREADS())\n"
     head = lines[1]
@@ -187,7 +188,8 @@ def _threads_or_serial(parallel_loop: str, call: str) -> str:
                 "      coiter_team_done(coiter_team_start, coiter_team_first_done);\n"
                 "    }\n")
     serial = "".join("  " + line for line in lines[1:])
-    return f"  if (COITER_THREADS() > 1) {{\n{parallel}  }} else {{\n{serial}  }}\n  return 0;\n}}"
+    return (f"  coiter_nthreads = coiter_call_threads(coiter_nthreads);\n"
+            f"  if (COITER_THREADS() > 1) {{\n{parallel}  }} else {{\n{serial}  }}\n  return 0;\n}}")
 
 
 def _helper_body(parallel_loop: str) -> str:

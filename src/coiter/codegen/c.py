@@ -44,7 +44,7 @@ static inline int64_t coiter_clock(void) {{
    all the work of a dynamic schedule, waits at the region's end: CSR SpMV on bcsstk16
    took 4 to 8 ms instead of 0.16 in one call of ten. After a region whose thread 0 waited
    longer than it worked (and 50 us more), the calls of this kernel that choose their own
-   thread count run on one thread until coiter_serial_until (nanoseconds of coiter_clock):
+   thread count run on one thread until coiter_serial_until (coiter_clock's nanoseconds):
    for 50 ms, doubling as long as it recurs, up to 1.6 s, so that a machine that became
    quiet is noticed soon, and a busy one costs one slow call per period */
 #define COITER_SERIAL_MIN_NS ((int64_t)50000000)
@@ -59,22 +59,27 @@ static inline void coiter_team_done(int64_t start, int64_t first_done) {{
     __atomic_store_n(&coiter_serial_for, COITER_SERIAL_MIN_NS, __ATOMIC_RELAXED);
   }}
 }}
+/* the thread count a call runs with, read once as the kernel starts (so that its regions and
+   per-thread buffers agree): the caller's n, or 0 (chosen by the work), or 1 for the period
+   after a team that came late */
+static inline int64_t coiter_call_threads(int64_t n) {{
+  int64_t until = __atomic_load_n(&coiter_serial_until, __ATOMIC_RELAXED);
+  return n == 0 && until && coiter_clock() < until ? 1 : n;
+}}
 /* threads of a parallel region: the n requested, or (n = 0) OpenMP's default limited to one
    thread per COITER_WORK_PER_THREAD units of work (values the call reads and writes): a
-   region costs microseconds, and a thread waiting for a busy core much more; and one
-   thread for the period after a team that came late */
+   region costs microseconds, and a thread waiting for a busy core much more */
 static inline int coiter_threads(int64_t n, int64_t work) {{
   if (n > 0) return (int)n;
   int64_t most = work / COITER_WORK_PER_THREAD, t = omp_get_max_threads();
-  if (most < 2 || t < 2) return 1;
-  if (coiter_clock() < __atomic_load_n(&coiter_serial_until, __ATOMIC_RELAXED)) return 1;
-  return (int)(most < t ? most : t);
+  return (int)(most < 1 ? 1 : (most < t ? most : t));
 }}
 #define COITER_THREAD_NUM() omp_get_thread_num()
 #else
 static inline int coiter_threads(int64_t n, int64_t work) {{ (void)n; (void)work; return 1; }}
 static inline int64_t coiter_clock(void) {{ return 0; }}
 static inline void coiter_team_done(int64_t start, int64_t first_done) {{ (void)start; (void)first_done; }}
+static inline int64_t coiter_call_threads(int64_t n) {{ return n; }}
 #define COITER_THREAD_NUM() 0
 #endif
 /* Before a sparse loop that sums into a scalar in order (SpMV's row sum): without
