@@ -168,10 +168,10 @@ FIG4B = """\
 """
 
 
-def _threads_or_serial(parallel_loop: str, call: str) -> str:
+def _threads_or_serial(parallel_loop: str, call: str, serial_call: str) -> str:
     """A parallel loop as lowering and the C back end emit it: after the call's thread count
     is read, under a thread-count test, its body moved into a helper function the loop
-    calls, with a serial copy."""
+    calls, with a serial copy in a function of its own."""
     lines = parallel_loop.splitlines(keepends=True)
     assert lines[0] == "  #pragma omp parallel for schedule(dynamic, 1) num_threads(COITER_THREADS())\n"
     head = lines[1]
@@ -187,9 +187,9 @@ def _threads_or_serial(parallel_loop: str, call: str) -> str:
                 "      }\n"
                 "      coiter_team_done(coiter_team_start, coiter_team_first_done);\n"
                 "    }\n")
-    serial = "".join("  " + line for line in lines[1:])
     return (f"  coiter_nthreads = coiter_call_threads(coiter_nthreads);\n"
-            f"  if (COITER_THREADS() > 1) {{\n{parallel}  }} else {{\n{serial}  }}\n  return 0;\n}}")
+            f"  if (COITER_THREADS() > 1) {{\n{parallel}  }} else {{\n    {serial_call};\n  }}\n"
+            f"  return 0;\n}}")
 
 
 def _helper_body(parallel_loop: str) -> str:
@@ -206,7 +206,11 @@ def test_fig4b_golden_text() -> None:
     assert helper.split(") {\n", 1)[1] + "\n" == _helper_body(FIG4B)
     body = k.source.split("int64_t coiter_work) {\n", 1)[1].split("\n\nint coiter_fused_packed", 1)[0]
     call = "coiter_fused_body0(fpos0, A1_dimension, A2_crd, A2_pos, A_vals, x_vals, y_vals)"
-    assert body == _threads_or_serial(FIG4B, call)
+    serial_call = "coiter_fused_serial0(A1_dimension, A2_crd, A2_pos, A_vals, x_vals, y_vals)"
+    assert body == _threads_or_serial(FIG4B, call, serial_call)
+    # the serial copy: the loop without its directive, out of line (see codegen/outline.py)
+    serial = k.source.split("static __attribute__((noinline)) void coiter_fused_serial0(\n", 1)[1]
+    assert serial.split(") {\n", 1)[1].split("\n}\n", 1)[0] + "\n" == "".join(FIG4B.splitlines(keepends=True)[1:])
     assert str(k.concrete) == ("forall(fpos0, forall(fpos1, y(i) += A(i,j) * x(j)), CPUThread, Atomics) : "
                                "fuse(i, j, f), pos(f, fpos, A(i,j)), split(fpos, fpos0, fpos1, 16)")
 

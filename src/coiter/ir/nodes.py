@@ -194,6 +194,10 @@ class Function:
 
 # ------------------------------------------------------------------- helpers
 
+# the condition choosing between a parallel loop (then) and its serial copy (else)
+THREADS_BRANCH = Bin(">", Call("COITER_THREADS", ()), Const(1))
+
+
 
 def block(*items: IRStmt | Block | list | tuple | None) -> Block:
     """Flatten statements, nested lists and Blocks into one Block (dropping Nones)."""

@@ -31,8 +31,8 @@ from ..formats.levels.base import Level, LevelNames, ParentPos
 from ..formats.storage import fill_key
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function,
-    If, IRExpr, IRStmt, Load, Max, Min, Param, Pragma, Return, Select, Un, Var, While, add, block,
-    conj, eq, lt, mul,
+    If, IRExpr, IRStmt, Load, Max, Min, Param, Pragma, Return, Select, THREADS_BRANCH, Un, Var,
+    While, add, block, conj, eq, lt, mul,
 )
 from ..lattice.lattice import Iter, Lattice, Point, build_lattice, locate_where_possible, sparse_iters
 from ..notation.ast import (
@@ -1174,7 +1174,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             rows = hi if lo == Const(0) else Bin("-", hi, lo)
             head = [Decl("int64_t", name, Call("coiter_chunk_rows", (rows, Call("COITER_THREADS", ()))))]
         parallel = self._bounded_array_reduction(f, loop)
-        return If(Bin(">", Call("COITER_THREADS", ()), Const(1)), block(*head, parallel), block(serial))
+        return If(THREADS_BRANCH, block(*head, parallel), block(serial))
 
     def _bounded_array_reduction(self, f: Forall, loop: For) -> IRStmt:
         """``loop``, whose threads each sum into a private copy of the result on their stack
