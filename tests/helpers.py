@@ -21,3 +21,9 @@ def check(result: coiter.Tensor, expected: np.ndarray) -> None:
     got = result.to_numpy()
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def generated_functions(source: str) -> str:
+    """A kernel's C source without the prelude: the parallel loop bodies' helpers, the serial
+    copies' functions and the kernel (loops may sit in any of them)."""
+    return source[source.index("coiter_fused"):]
