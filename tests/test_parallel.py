@@ -73,7 +73,7 @@ def test_parallel_loop_bodies_move_into_restrict_helpers() -> None:
 ])
 def test_serial_copies_of_parallel_loops_run_out_of_line(expr, formats, operands, reference) -> None:
     """Beside a parallel region GCC drops restrict in the whole function (the pointers escape
-    into the region's struct): CSR SpMM's 1-thread loop ran 2.1x slower there. The serial
+    into the region's struct): CSR SpMM's 1-thread loop ran 2.4x slower there. The serial
     copy is a function of its own, never inlined; results unchanged at 1 and 2 threads."""
     rng = np.random.default_rng(5)
     a = sp.random(3000, 2000, density=0.01, random_state=5, format="csr")

@@ -11,9 +11,9 @@ loop, its schedule and its clauses as they were.
 The serial copy of such a loop (the branch calls that run on one thread take) moves into a
 function of its own too, kept out of line: in the function that holds a parallel region
 GCC's alias analysis sees the kernel's pointers escape into the region's struct and drops
-their ``restrict`` there as well. The same SpMM's serial loop ran 2.1x slower beside the
-region (6.1 vs 2.9 ms on cit-HepPh) than in a function without one, and which loops GCC
-still vectorized changed with unrelated code around the region.
+their ``restrict`` there as well. The same SpMM's serial loop ran 2.4x slower beside the
+region (6.1 vs 2.5 ms on cit-HepPh) than in a function of its own, and which loops GCC
+still vectorized there changed with unrelated code around the region.
 """
 from __future__ import annotations
 

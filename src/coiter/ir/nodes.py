@@ -198,7 +198,6 @@ class Function:
 THREADS_BRANCH = Bin(">", Call("COITER_THREADS", ()), Const(1))
 
 
-
 def block(*items: IRStmt | Block | list | tuple | None) -> Block:
     """Flatten statements, nested lists and Blocks into one Block (dropping Nones)."""
     out: list[IRStmt] = []
