@@ -37,13 +37,14 @@ def outline_parallel_bodies(fn: Function) -> tuple[list[Function], Function]:
     and each parallel loop's serial copy calling one. Loops whose body assigns a variable
     declared outside it (a scalar reduction) or jumps keep their body."""
     params = {p.name: p for p in fn.params}
+    local_arrays: set[str] = set()  # declared with their size: no parameter passes them
     for s in walk_regions(fn.body):  # variables a loop body may use: declared, or enclosing loops'
-        if isinstance(s, Decl) and "[" not in s.name:
+        if isinstance(s, Decl) and "[" in s.name:
+            local_arrays.add(s.name.split("[")[0])
+        elif isinstance(s, Decl):
             params.setdefault(s.name, _decl_param(s))
         elif isinstance(s, For) and s.start is not None:
             params.setdefault(s.var, Param(s.ctype, s.var))
-    local_arrays = {s.name.split("[")[0] for s in walk_regions(fn.body)
-                    if isinstance(s, Decl) and "[" in s.name}
     helpers: list[Function] = []
     serials: list[Function] = []
 
@@ -51,7 +52,7 @@ def outline_parallel_bodies(fn: Function) -> tuple[list[Function], Function]:
         if isinstance(s, Block):
             return Block(tuple(rewrite(x) for x in s.stmts))
         if isinstance(s, For) and s.pragma and s.pragma.startswith("omp parallel for"):
-            helper = _helper(fn, s, params, len(helpers))
+            helper = _helper(fn, s, params, local_arrays, len(helpers))
             if helper is None:
                 return s
             helpers.append(helper)
@@ -84,30 +85,37 @@ def _call(helper: Function) -> Call:
 
 def _serial(fn: Function, body: Block, params: dict[str, Param], local_arrays: set[str],
             n: int) -> Function | None:
-    """The serial copy ``body`` of a parallel loop as a function of its own (None where it
-    jumps, or assigns or uses a variable it cannot take as a parameter)."""
-    if any(isinstance(x, (Goto, Label, Return, Region)) for x in walk_regions(body)):
+    """The serial copy ``body`` of a parallel loop as a function of its own (None where
+    :func:`_free_params` finds none)."""
+    args = _free_params(body, params, local_arrays)
+    if args is None:
         return None
-    names = used(body) | _macro_names(body) | _pragma_names(body)
-    free = names - declared(body)
-    if assigned(body) & free or free & local_arrays:
-        return None
-    args = [params[name] for name in sorted(free & set(params))]
     # out of line: inlined, it would be back beside the region
     return Function(f"{fn.name}_serial{n}", tuple(args), body,
                     returns="static __attribute__((noinline)) void")
 
 
-def _helper(fn: Function, loop: For, params: dict[str, Param], n: int) -> Function | None:
-    body = loop.body
+def _helper(fn: Function, loop: For, params: dict[str, Param], local_arrays: set[str],
+            n: int) -> Function | None:
+    args = _free_params(loop.body, params, local_arrays, loop.var)
+    if args is None:
+        return None
+    return Function(f"{fn.name}_body{n}", (Param("int64_t", loop.var), *args), loop.body,
+                    returns="static inline void")
+
+
+def _free_params(body: IRStmt, params: dict[str, Param], local_arrays: set[str],
+                 bound: str | None = None) -> list[Param] | None:
+    """The parameters a function holding ``body`` takes: the variables it reads from outside
+    (``bound`` aside), by name. None where it jumps, or assigns or reads a variable that a
+    parameter cannot carry (an outer scalar it sums into, a local array)."""
     if any(isinstance(x, (Goto, Label, Return, Region)) for x in walk_regions(body)):
         return None
     names = used(body) | _macro_names(body) | _pragma_names(body)
-    free = (names - declared(body) - {loop.var}) & set(params)
-    if assigned(body) & free:
+    free = names - declared(body) - {bound}
+    if assigned(body) & free or free & local_arrays:
         return None
-    args = [Param("int64_t", loop.var)] + [params[name] for name in sorted(free)]
-    return Function(f"{fn.name}_body{n}", tuple(args), body, returns="static inline void")
+    return [params[name] for name in sorted(free & set(params))]
 
 
 def _macro_names(s: IRStmt) -> set[str]:
