@@ -174,6 +174,40 @@ static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{
   return q;
 }}
 """),
+    (('coiter_run_dot_i32', 'coiter_run_dot_i64'), """\
+/* t + v[p] * c[k[p]] for p in s..s+n, n <= 4, added one by one in position order as the
+   loop would (lower/short_runs.py): masked loads and a masked gather read the run without a
+   loop exit to mispredict, and lanes past it add -0.0, which leaves any sum as it is */
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+#include <immintrin.h>
+static inline double coiter_run_sum4(double t, __mmask8 m, __m256d x, __m256d y) {{
+  __m256d p = _mm256_mask_mul_pd(_mm256_set1_pd(-0.0), m, x, y);
+  __m128d lo = _mm256_castpd256_pd128(p), hi = _mm256_extractf128_pd(p, 1);
+  t += _mm_cvtsd_f64(lo);
+  t += _mm_cvtsd_f64(_mm_unpackhi_pd(lo, lo));
+  t += _mm_cvtsd_f64(hi);
+  return t + _mm_cvtsd_f64(_mm_unpackhi_pd(hi, hi));
+}}
+#define COITER_RUN_DOT(suffix, index_t, load, gather) \\
+static inline double coiter_run_dot_##suffix(double t, const double* restrict v, const index_t* restrict k, \\
+                                             const double* restrict c, int64_t s, int64_t n) {{ \\
+  __mmask8 m = (__mmask8)((1u << n) - 1); \\
+  __m256d y = gather(_mm256_setzero_pd(), m, load(m, k + s), c, 8); \\
+  return coiter_run_sum4(t, m, _mm256_maskz_loadu_pd(m, v + s), y); \\
+}}
+COITER_RUN_DOT(i32, int32_t, _mm_maskz_loadu_epi32, _mm256_mmask_i32gather_pd)
+COITER_RUN_DOT(i64, int64_t, _mm256_maskz_loadu_epi64, _mm256_mmask_i64gather_pd)
+#else
+#define COITER_RUN_DOT(suffix, index_t) \\
+static inline double coiter_run_dot_##suffix(double t, const double* restrict v, const index_t* restrict k, \\
+                                             const double* restrict c, int64_t s, int64_t n) {{ \\
+  for (int64_t p = s; p < s + n; p++) t += v[p] * c[k[p]]; \\
+  return t; \\
+}}
+COITER_RUN_DOT(i32, int32_t)
+COITER_RUN_DOT(i64, int64_t)
+#endif
+"""),
     (('coiter_qsort_index',), """\
 /* sort coordinates ascending: quicksort (median of three, no comparison callback, the
    smaller side recursed) finishing short ranges by insertion sort */

@@ -50,6 +50,7 @@ from .ism import SparseWorkspaces
 from .scatter import ParallelScatter
 from .gathers import prefetch_far_gathers
 from .prefetch import prefetch_located_segments
+from .short_runs import short_run_sums
 from .sums import split_long_sums
 from .reductions import atomic_updates, scalar_accumulation
 from .equations import EquationLoops
@@ -1761,7 +1762,8 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         body = self.lower(self.prog.stmt, Scope())
         if self.target == "c":
             body = prefetch_located_segments(block(body), self._input_array_lengths("crd"))
-            body = split_long_sums(body, self._input_array_lengths("pos"))
+            inputs = {p.name: p.ctype for p in cparams if p.pointers == 1 and p.const}
+            body = split_long_sums(body, self._input_array_lengths("pos"), short_run_sums(inputs))
             body = prefetch_far_gathers(body, self._input_array_lengths("crd"), self._dense_bytes())
         prologue += self.temp_allocs
         epilogue: list[IRStmt] = list(self.temp_frees)

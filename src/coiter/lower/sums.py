@@ -21,24 +21,34 @@ bcsstk33 342 -> 220, bcsstk16 163 -> 110, mbeacxc 41 -> 24, lp_fit2d 124 -> 70, 
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 from ..ir.nodes import (
     Assign, Bin, Block, Call, Cast, Const, Decl, For, If, IRExpr, IRStmt, Label, Load, Max, Min,
     Select, Un, Var, While, add, block,
 )
-from ..ir.rewrite import map_loops
+from ..ir.rewrite import LoopRewrite, map_loops
 from ..ir.visit import declared, names, subexprs, used, walk_regions
 
 LANES = 4  # partial sums
 SPLIT_MIN_AVERAGE = 16  # positions per run, on average, from which an operand's sums split
+# positions per run, on average, from and below which runs of up to four positions are summed
+# without a loop (.short_runs): under 1.5 nearly every run holds one position, which the loop
+# predicts; from 6, few runs are that short and testing them cost bayer10's SpMV (7.1 a row)
+# 6% at 1 thread
+SHORT_AVERAGES = (Fraction(3, 2), 6)
 FLOATING = ("float", "double", "float _Complex", "double _Complex")
 
 
-def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr]) -> IRStmt:
+def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
+                    short: LoopRewrite | None = None) -> IRStmt:
     """``s`` with every innermost loop over a run ``pos[e] .. pos[e+1]`` of an array in
     ``pos_lengths`` (its element count) whose body declares values and adds one into a
     floating-point scalar split into :data:`LANES` partial sums, when the runs of that array
-    average at least :data:`SPLIT_MIN_AVERAGE` positions."""
-    splitter = _Splitter(pos_lengths, declared(s) | used(s))
+    average at least :data:`SPLIT_MIN_AVERAGE` positions. Where their average lies within
+    :data:`SHORT_AVERAGES`, ``short`` (if given) rewrites those loops instead
+    (:mod:`.short_runs`), so that each operand's statement has up to three versions."""
+    splitter = _Splitter(pos_lengths, declared(s) | used(s), short)
     scope: dict[str, str] = {}
     out: list[IRStmt] = []
     for x in block(s).stmts:
@@ -49,26 +59,36 @@ def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr]) -> IRStmt:
 
 
 class _Splitter:
-    def __init__(self, pos_lengths: dict[str, IRExpr], taken: set[str]) -> None:
+    def __init__(self, pos_lengths: dict[str, IRExpr], taken: set[str],
+                 short: LoopRewrite | None) -> None:
         self.pos_lengths = pos_lengths
         self.taken = taken
-        # per pos array: the flag declared before the loops that says its runs are long
-        self.flags: dict[str, tuple[str, IRExpr]] = {}
+        self.short = short
+        # per pos array and kind ("long", "short"): the flag declared before the loops that
+        # says its runs are that long
+        self.flags: dict[tuple[str, str], tuple[str, IRExpr]] = {}
         # True: each split loop tests its flag; False: loops split unconditionally and
         # their pos arrays gather in ``split_on`` (the caller versions the statement)
         self.conditional = False
         self.split_on: set[str] = set()
 
     def version(self, s: IRStmt, scope: dict[str, str]) -> IRStmt:
-        """``s`` as ``if (flag) { s split } else { s }`` when its loops split on one
-        operand's flag; with several, or labels (which must not repeat), each split loop tests
-        its own flag."""
+        """``s`` as ``if (long flag) { s split } else if (short flag) { s's short runs
+        rewritten } else { s }`` when its loops split on one operand's flag; with several, or
+        labels (which must not repeat), each split loop tests its own flag and short runs
+        keep their loops."""
         self.split_on = set()
         split = self.stmt(s, scope)
         if not self.split_on:
             return s
         if len(self.split_on) == 1 and not any(isinstance(x, Label) for x in walk_regions(s)):
-            return If(Var(self._flag(next(iter(self.split_on)))), block(split), block(s))
+            pos = next(iter(self.split_on))
+            plain = s
+            if self.short is not None:
+                short = map_loops(s, self.short, scope)
+                if short != s:
+                    plain = If(Var(self._flag(pos, "short")), block(short), block(s))
+            return If(Var(self._flag(pos, "long")), block(split), block(plain))
         self.conditional = True
         try:
             return self.stmt(s, scope)
@@ -114,15 +134,21 @@ class _Splitter:
         self.split_on.add(start.array)
         return split
 
-    def _flag(self, pos: str) -> str:
-        if pos not in self.flags:
+    def _flag(self, pos: str, kind: str = "long") -> str:
+        if (pos, kind) not in self.flags:
             runs = _minus_one(self.pos_lengths[pos])
             stored = Bin("-", Load(pos, runs), Load(pos, Const(0)))
-            test = Bin(">=", stored, Bin("*", Const(SPLIT_MIN_AVERAGE), runs))
-            flag = self._fresh(f"{pos.removesuffix('_pos')}_long_runs")
+            if kind == "long":
+                test = Bin(">=", stored, Bin("*", Const(SPLIT_MIN_AVERAGE), runs))
+            else:  # SHORT_AVERAGES, in integers
+                low, high = SHORT_AVERAGES
+                test = Bin("&&", Bin(">=", Bin("*", Const(low.denominator), stored),
+                                     Bin("*", Const(low.numerator), runs)),
+                           Bin("<", stored, Bin("*", Const(high), runs)))
+            flag = self._fresh(f"{pos.removesuffix('_pos')}_{kind}_runs")
             self.taken.add(flag)
-            self.flags[pos] = (flag, test)
-        return self.flags[pos][0]
+            self.flags[pos, kind] = (flag, test)
+        return self.flags[pos, kind][0]
 
     def _lane(self, body: Block, p: str, k: int, total: str, lane: str) -> list[IRStmt]:
         """The loop body for position ``p + k``, adding into ``lane``; the values it declares

@@ -1,0 +1,117 @@
+"""Runs of up to SHORT_RUN positions summed without a loop (coiter/lower/short_runs.py).
+
+The helper must add a run's products one by one in position order, as the loop does: every
+result equals, bit for bit, a Python sum in that order, for both index widths, both settings
+of the single-runs flag (runs averaging under 1.5 positions or not), 1 and 2 threads. Values
+span 16 orders of magnitude so that another order would show."""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+import coiter
+from coiter.lower.short_runs import SHORT_RUN
+
+SPMV = "y(i) = A(i,j) * x(j)"
+# run lengths drawn per kind of operand: nearly all single (the flag set), short, and a mix
+# with runs past SHORT_RUN (averages stay under the long-run split's 16)
+LENGTHS = {"single": [0, 1, 1, 1, 1, 1, 1, 1, 2, 5], "short": [0, 1, 2, 3, 4],
+           "mixed": list(range(0, 13))}
+
+
+def _spread(rng: np.random.Generator, size: int) -> np.ndarray:
+    return rng.standard_normal(size) * 10.0 ** rng.uniform(-8, 8, size)
+
+
+def _csr(rng: np.random.Generator, lengths: list[int], n: int, index: type) -> sp.csr_array:
+    cols = [np.sort(rng.choice(n, size=k, replace=False)) for k in lengths]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(index)
+    indices = np.concatenate(cols).astype(index) if cols else np.zeros(0, index)
+    return sp.csr_array((_spread(rng, int(indptr[-1])), indices, indptr), shape=(len(lengths), n))
+
+
+def _in_order(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
+    out = np.zeros(a.shape[0])
+    for i in range(a.shape[0]):
+        total = np.float64(0.0)
+        for p in range(a.indptr[i], a.indptr[i + 1]):
+            total += a.data[p] * x[a.indices[p]]
+        out[i] = total
+    return out
+
+
+def _source(kernel: coiter.Kernel) -> str:
+    return "".join(v.source for v in kernel.core.variants())
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(sorted(LENGTHS)),
+       rows=st.integers(0, 60), index=st.sampled_from([np.int32, np.int64]),
+       threads=st.sampled_from([1, 2]))
+def test_short_runs_add_in_the_loops_order(seed: int, kind: str, rows: int, index: type,
+                                           threads: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 40
+    a = _csr(rng, rng.choice(LENGTHS[kind], rows).tolist(), n, index)
+    x = _spread(rng, n)
+    k = coiter.compile(SPMV, formats={"A": "csr"})
+    got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
+    assert np.array_equal(got, _in_order(a, x))
+    assert f"coiter_run_dot_{'i32' if index == np.int32 else 'i64'}(" in _source(k)
+
+
+def test_lanes_past_a_run_read_nothing() -> None:
+    """Lanes past a run are masked: an infinite or NaN x[0] (where masked lanes' coordinates
+    would point) reaches only the rows that store column 0, and a row summing to -0.0 keeps
+    its sign as the loop's does (the loop starts from +0.0)."""
+    # 1.5 entries a row on average: the short-runs flag is set
+    a = sp.csr_array(np.array([[0.0, 2.0, 0.0, 3.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, -1.0, 0.0],
+                               [0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 4.0, 5.0]]))
+    k = coiter.compile(SPMV, formats={"A": "csr"})
+    for first in (np.inf, np.nan):
+        x = np.array([first, 1.0, 0.0, -2.0])
+        got = k(A=a, x=x).to_numpy()
+        np.testing.assert_array_equal(got, _in_order(a, x))
+        assert np.isfinite(np.delete(got, 1)).all()
+    got = k(A=a, x=np.array([1.0, 1.0, 0.0, 1.0])).to_numpy()
+    assert np.signbit(got[2]) == np.signbit(np.float64(0.0) + -1.0 * 0.0)
+
+
+def test_ttv_fibers_sum_in_order_at_any_thread_count() -> None:
+    """TTV over a CSF tensor: the fibers are the runs; the result equals the one-by-one sums
+    at 1 and 2 threads, single-heavy and mixed fibers alike."""
+    rng = np.random.default_rng(3)
+    for density in (0.004, 0.05):
+        dense = np.where(rng.random((30, 40, 50)) < density,
+                         _spread(rng, 30 * 40 * 50).reshape(30, 40, 50), 0.0)
+        c = _spread(rng, 50)
+        coords = np.array(np.nonzero(dense))
+        fibers = sp.csr_array(dense.reshape(-1, 50))
+        fibers = sp.csr_array(fibers[np.diff(fibers.indptr) > 0])
+        ref = _in_order(fibers, c)
+        k = coiter.compile("A(i,j) = B(i,j,k) * c(k)",
+                           formats={"B": coiter.csf(3), "A": coiter.csf(2)})
+        b = coiter.Tensor.from_coo(coords, dense[tuple(coords)], dense.shape, format=coiter.csf(3))
+        for threads in (1, 2):
+            got = k(B=b, c=c, threads=threads)
+            assert np.array_equal(got.storage.vals, ref)
+            np.testing.assert_allclose(got.to_numpy(), np.einsum("ijk,k->ij", dense, c),
+                                       rtol=1e-12, atol=1e-300)
+    assert "coiter_run_dot_i32(" in _source(k)
+
+
+def test_only_double_products_of_a_run_and_a_gather_take_the_helper() -> None:
+    """float32 values, and a product whose dense factor is not indexed by the run's
+    coordinate, keep the loop; their values still match SciPy."""
+    rng = np.random.default_rng(5)
+    a = _csr(rng, [SHORT_RUN, 1, 0, 3], 6, np.int32)
+    k32 = coiter.compile(SPMV, formats={"A": "csr"})
+    a32 = a.astype(np.float32)
+    x32 = np.arange(1.0, 7.0, dtype=np.float32)
+    np.testing.assert_allclose(k32(A=a32, x=x32).to_numpy(), a32 @ x32, rtol=1e-5)
+    assert "coiter_run_dot" not in _source(k32)
+    scaled = coiter.compile("y(i) = A(i,j) * b(i)", formats={"A": "csr"})
+    b = rng.standard_normal(4)
+    np.testing.assert_allclose(scaled(A=a, b=b).to_numpy(), (a.sum(axis=1)) * b, rtol=1e-12)
+    assert "coiter_run_dot" not in _source(scaled)
