@@ -24,7 +24,7 @@ helper): CSR SpMV on USA-road-NE 14.3 -> 9.3, USA-road-BAY 2.71 -> 1.15, as-caid
 """
 from __future__ import annotations
 
-from ..ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Load, Var, add
+from ..ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Load, Var
 from ..ir.rewrite import LoopRewrite
 
 SHORT_RUN = 4  # positions summed without a loop (the lanes of one 256-bit register)
@@ -34,15 +34,12 @@ INDEX_SUFFIX = {"int32_t": "i32", "int64_t": "i64"}
 def short_run_sums(inputs: dict[str, str]) -> LoopRewrite:
     """The rewrite of a loop ``for (p = pos[e]; p < pos[e+1]; p++) { k = crd[p]; t += vals[p]
     * x[k]; }`` into ``if (pos[e+1] - pos[e] <= SHORT_RUN) t = coiter_run_dot(...); else
-    loop``, for :func:`.sums.split_long_sums` to apply where an operand's runs are short
-    (it checks that the loop walks one run of a pos array). ``inputs`` maps the kernel's
-    read-only array parameters to their element types."""
+    loop``, for :func:`.sums.split_long_sums` to apply to the loops over one run of an
+    input's (validated, non-decreasing) pos array where the input's runs are short.
+    ``inputs`` maps the kernel's read-only array parameters to their element types."""
 
     def rewrite(f: For, scope: dict[str, str]) -> IRStmt | None:
-        if f.pragma or f.unroll or f.unit or not isinstance(f.start, Load) \
-                or f.end != Load(f.start.array, add(f.start.index, Const(1))):
-            return None
-        product = _product(f, scope, inputs)
+        product = None if f.pragma or f.unroll or f.unit else _product(f, scope, inputs)
         if product is None:
             return None
         total, vals, crd, x = product
@@ -76,12 +73,10 @@ def _product(f: For, scope: dict[str, str], inputs: dict[str, str],
     for a, b in ((last.value.a, last.value.b), (last.value.b, last.value.a)):
         if not (isinstance(a, Load) and a.index == p and isinstance(b, Load)):
             continue
-        index = coordinate.get(b.index.name, b.index) if isinstance(b.index, Var) else b.index
-        if isinstance(b.index, Var) and b.index.name not in coordinate:
-            continue
-        if not (isinstance(index, Load) and index.index == p):
-            continue
-        if inputs.get(a.array) == inputs.get(b.array) == "double" \
+        # x's index: the coordinate declared first, or crd[p] itself
+        index = coordinate.get(b.index.name) if isinstance(b.index, Var) else b.index
+        if isinstance(index, Load) and index.index == p \
+                and inputs.get(a.array) == inputs.get(b.array) == "double" \
                 and inputs.get(index.array) in INDEX_SUFFIX \
                 and last.target.name not in (a.array, b.array):
             return last.target.name, a.array, index.array, b.array

@@ -18,6 +18,9 @@ versioned on it (``if (A2_long_runs) { split loops } else { plain loops }``): te
 flag in every row still cost SpMV on rows of ~8 entries 5-7%. In a C harness, CSR SpMV at 1 thread (microseconds, plain -> split):
 bcsstk33 342 -> 220, bcsstk16 163 -> 110, mbeacxc 41 -> 24, lp_fit2d 124 -> 70, ego-Facebook
 118 -> 80, s3rmt3m3 102 -> 85; inputs averaging under 16 a row take the plain loop.
+
+Operands whose runs are short (1.5 to 6 positions on average) get a third version of the
+statement, whose runs of up to four positions are summed without a loop (:mod:`.short_runs`).
 """
 from __future__ import annotations
 
@@ -85,7 +88,9 @@ class _Splitter:
             pos = next(iter(self.split_on))
             plain = s
             if self.short is not None:
-                short = map_loops(s, self.short, scope)
+                rewrite = self.short  # only loops over this operand's runs (others: no flag)
+                short = map_loops(s, lambda f, sc: rewrite(f, sc) if _walks(f, pos) else None,
+                                  scope)
                 if short != s:
                     plain = If(Var(self._flag(pos, "short")), block(short), block(s))
             return If(Var(self._flag(pos, "long")), block(split), block(plain))
@@ -102,8 +107,7 @@ class _Splitter:
     def _split(self, f: For, scope: dict[str, str]) -> IRStmt | None:
         start, end = f.start, f.end
         if f.pragma or f.unroll or f.unit or not isinstance(start, Load) \
-                or start.array not in self.pos_lengths \
-                or end != Load(start.array, add(start.index, Const(1))):
+                or start.array not in self.pos_lengths or not _walks(f, start.array):
             return None
         *values, last = f.body.stmts or (None,)
         if not (isinstance(last, Assign) and last.op == "+=" and isinstance(last.target, Var)
@@ -171,6 +175,12 @@ class _Splitter:
         while name in self.taken:
             name += "_"
         return name
+
+
+def _walks(f: For, pos: str) -> bool:
+    """Whether ``f`` walks one run of ``pos``: ``pos[e] .. pos[e+1]``."""
+    return isinstance(f.start, Load) and f.start.array == pos \
+        and f.end == Load(pos, add(f.start.index, Const(1)))
 
 
 def _minus_one(e: IRExpr) -> IRExpr:
