@@ -24,7 +24,7 @@ helper): CSR SpMV on USA-road-NE 14.3 -> 9.3, USA-road-BAY 2.71 -> 1.15, as-caid
 """
 from __future__ import annotations
 
-from ..ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Load, Var
+from ..ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, If, IRStmt, Load, Var
 from ..ir.rewrite import LoopRewrite
 
 SHORT_RUN = 4  # positions summed without a loop (the lanes of one 256-bit register)
@@ -64,12 +64,9 @@ def _product(f: For, scope: dict[str, str], inputs: dict[str, str],
                               and scope.get(last.target.name) == "double"
                               and isinstance(last.value, Bin) and last.value.op == "*"):
         return None
-    coordinate: dict[str, IRExpr] = {}
-    if decls:
-        d = decls[0]
-        if not (isinstance(d, Decl) and d.init is not None):
-            return None
-        coordinate[d.name] = d.init
+    coordinate = {d.name: d.init for d in decls if isinstance(d, Decl)}
+    if len(coordinate) != len(decls):
+        return None
     for a, b in ((last.value.a, last.value.b), (last.value.b, last.value.a)):
         if not (isinstance(a, Load) and a.index == p and isinstance(b, Load)):
             continue
@@ -77,7 +74,6 @@ def _product(f: For, scope: dict[str, str], inputs: dict[str, str],
         index = coordinate.get(b.index.name) if isinstance(b.index, Var) else b.index
         if isinstance(index, Load) and index.index == p \
                 and inputs.get(a.array) == inputs.get(b.array) == "double" \
-                and inputs.get(index.array) in INDEX_SUFFIX \
-                and last.target.name not in (a.array, b.array):
+                and inputs.get(index.array) in INDEX_SUFFIX:
             return last.target.name, a.array, index.array, b.array
     return None
