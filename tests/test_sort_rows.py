@@ -1,7 +1,9 @@
 """Ordering a row workspace's coordinates (the C helper ``coiter_sort_index``): insertion
 sort up to 16 entries, sorting networks up to 128 where the processor has AVX-512 (quicksort
-up to 32 elsewhere), a bitmap read back in order beyond (by compress instructions with
-AVX-512). Every path runs with and without AVX-512 (``-mno-avx512f`` in ``COITER_CFLAGS``).
+up to 32 elsewhere), a bitmap read back in order beyond (with AVX-512 by a scan of every
+word the row's range spans where it spans fewer than eight a coordinate, else through
+summary bits). Every path runs with and without AVX-512 (``-mno-avx512f`` in
+``COITER_CFLAGS``).
 
 Each output row is built as the union of disjoint sorted chunks (rows of B), so the
 workspace receives its coordinates unsorted and the row's length is exact; lengths sit on
@@ -64,7 +66,7 @@ def _operands(lengths: list[int], dim: int, seed: int) -> tuple[sp.csr_array, sp
 @pytest.mark.parametrize("flags", list(FLAGS))
 @settings(max_examples=20, deadline=None)
 @given(lengths=st.lists(st.sampled_from(LENGTHS), min_size=1, max_size=12),
-       dim=st.sampled_from([3000, 70000]), seed=st.integers(0, 2**32 - 1),
+       dim=st.sampled_from([3000, 70000, 1_000_000]), seed=st.integers(0, 2**32 - 1),
        threads=st.sampled_from([1, 2]))
 def test_rows_come_out_sorted(flags: str, lengths: list[int], dim: int, seed: int, threads: int) -> None:
     a, b = _operands(lengths, dim, seed)
@@ -74,4 +76,25 @@ def test_rows_come_out_sorted(flags: str, lengths: list[int], dim: int, seed: in
     want.sort_indices()
     np.testing.assert_array_equal(got.indptr, want.indptr)
     np.testing.assert_array_equal(got.indices, want.indices)  # each row strictly increasing
+    np.testing.assert_allclose(got.data, want.data, rtol=1e-14)
+
+
+@pytest.mark.parametrize("flags", list(FLAGS))
+@pytest.mark.parametrize("length, dim", [
+    (300, 3000),         # a range of 47 words: scanned
+    (2000, 70000),       # 1094 words, fewer than 8 a coordinate: scanned 512 words at a time
+    (129, 70000),        # more than 8 a coordinate: read through summary bits
+    (300, 1_000_000),    # summary bits
+    (2000, 1_000_000),   # 15625 words, scanned in 31 pieces
+])
+def test_long_rows_either_read(flags: str, length: int, dim: int) -> None:
+    """Rows past the sorting networks, on both sides of the choice between scanning the
+    range's bitmap words and following summary bits, next to short rows."""
+    a, b = _operands([length, 3, length, 0, length], dim, seed=length + dim)
+    with _cflags(flags):
+        got = sp.csr_array(KERNELS[flags](A=a, B=b).to_scipy())
+    want = sp.csr_array(a @ b)
+    want.sort_indices()
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
     np.testing.assert_allclose(got.data, want.data, rtol=1e-14)

@@ -317,71 +317,224 @@ static void coiter_sort_network(int64_t* restrict a, int64_t n) {{
 }}
 #endif
 """),
+    (('coiter_union_sum3', 'COITER_UNION_FITS'), """\
+/* A row of a sum of sparse vectors, A(j) + B(j) + C(j), from up to three sorted runs of
+   coordinates (int32) and double values with at most 64 entries in all
+   (lower/unions.py): each entry's key is its coordinate shifted left past its lane in the
+   runs laid end to end, so that a sorting network orders the keys by coordinate and equal
+   coordinates by run; lanes that repeat the previous lane's coordinate are dropped, and the
+   others add the next one or two lanes' values where those hold the same coordinate, -0.0
+   where not (x + -0.0 is x for every x), which are the merge's additions in the merge's
+   order. A merge of rows of a few entries mispredicts about once an entry; this takes a
+   fixed count of instructions per 16 lanes. Returns the entries written to oc and ov */
+#ifdef COITER_SORT_AVX512
+/* lanes [lo, hi) of the w (16 or 8) starting at base */
+static inline uint32_t coiter_lanes(int64_t lo, int64_t hi, int64_t base, int64_t w) {{
+  int64_t a = lo - base, b = hi - base;
+  a = a < 0 ? 0 : a;
+  b = b > w ? w : b;
+  return b > a ? ((1u << b) - 1) & ~((1u << a) - 1) : 0;
+}}
+/* R registers of 16 keys (R = 1, 2, 4): coordinates below 2^(31 - 4 - log2 R) */
+static inline __attribute__((always_inline)) int64_t coiter_union_lanes(
+    const int R, const int32_t* const* c, const double* const* v, const int64_t* len,
+    int32_t* restrict oc, double* restrict ov) {{
+  const int shift = R == 1 ? 4 : R == 2 ? 5 : 6;
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const int64_t off[3] = {{0, len[0], len[0] + len[1]}}, total = len[0] + len[1] + len[2];
+  __m512i key[4], crd[4];
+  __m512d val[8], sorted[8];
+  for (int r = 0; r < R; r++) {{
+    __m512i x = _mm512_set1_epi32(INT32_MAX);  /* pads sort last */
+    for (int s = 0; s < 3; s++) {{
+      int64_t from = 16 * r - off[s];
+      x = _mm512_mask_expandloadu_epi32(x, (__mmask16)coiter_lanes(off[s], off[s] + len[s], 16 * r, 16),
+                                        c[s] + (from > 0 ? from : 0));
+    }}
+    key[r] = coiter_sort16(_mm512_mask_or_epi32(x, (__mmask16)coiter_lanes(0, total, 16 * r, 16),
+                                                _mm512_slli_epi32(x, shift),
+                                                _mm512_add_epi32(iota, _mm512_set1_epi32(16 * r))));
+  }}
+  for (int g = 0; g < 2 * R; g++) {{
+    __m512d x = _mm512_setzero_pd();
+    for (int s = 0; s < 3; s++) {{
+      int64_t from = 8 * g - off[s];
+      x = _mm512_mask_expandloadu_pd(x, (__mmask8)coiter_lanes(off[s], off[s] + len[s], 8 * g, 8),
+                                     v[s] + (from > 0 ? from : 0));
+    }}
+    val[g] = x;
+  }}
+  if (R >= 2) coiter_merge16(key, 1);
+  if (R == 4) {{
+    coiter_merge16(key + 2, 1);
+    coiter_merge16(key, 2);
+  }}
+  double spill[64];  /* four registers' values are gathered from memory */
+  if (R == 4)
+    for (int g = 0; g < 8; g++) _mm512_storeu_pd(spill + 8 * g, val[g]);
+  const __m512i low = _mm512_set1_epi32((1 << shift) - 1);
+  for (int r = 0; r < R; r++) {{
+    crd[r] = _mm512_srai_epi32(key[r], shift);
+    __m512i lane = _mm512_and_si512(key[r], low);
+    for (int h = 0; h < 2; h++) {{
+      __m256i l = h ? _mm512_extracti64x4_epi64(lane, 1) : _mm512_castsi512_si256(lane);
+      __m512i l64 = _mm512_cvtepi32_epi64(l);
+      if (R == 1) {{
+        sorted[2 * r + h] = _mm512_permutex2var_pd(val[0], l64, val[1]);
+      }} else if (R == 2) {{
+        __mmask8 high = _mm512_test_epi64_mask(l64, _mm512_set1_epi64(16));
+        sorted[2 * r + h] = _mm512_mask_blend_pd(high, _mm512_permutex2var_pd(val[0], l64, val[1]),
+                                                 _mm512_permutex2var_pd(val[2], l64, val[3]));
+      }} else {{
+        sorted[2 * r + h] = _mm512_i32gather_pd(l, spill, 8);
+      }}
+    }}
+  }}
+  const __m512i none = _mm512_set1_epi32(-1);
+  const __m512d nz = _mm512_set1_pd(-0.0);
+  int64_t written = 0;
+  for (int r = 0; r < R; r++) {{
+    __m512i before = _mm512_alignr_epi32(crd[r], r ? crd[r - 1] : none, 15);
+    __m512i after = r + 1 < R ? crd[r + 1] : none;
+    __mmask16 start = _mm512_mask_cmpneq_epi32_mask((__mmask16)coiter_lanes(0, total, 16 * r, 16), crd[r], before);
+    __mmask16 e1 = _mm512_cmpeq_epi32_mask(crd[r], _mm512_alignr_epi32(after, crd[r], 1));
+    __mmask16 e2 = _mm512_cmpeq_epi32_mask(crd[r], _mm512_alignr_epi32(after, crd[r], 2));
+    _mm512_mask_compressstoreu_epi32(oc + written, start, crd[r]);
+    for (int h = 0; h < 2; h++) {{
+      int g = 2 * r + h;
+      __m512i cur = _mm512_castpd_si512(sorted[g]);
+      __m512i next = _mm512_castpd_si512(g + 1 < 2 * R ? sorted[g + 1] : nz);
+      __m512d t = _mm512_add_pd(sorted[g], _mm512_mask_blend_pd((__mmask8)(e1 >> (8 * h)), nz,
+                                _mm512_castsi512_pd(_mm512_alignr_epi64(next, cur, 1))));
+      t = _mm512_add_pd(t, _mm512_mask_blend_pd((__mmask8)(e2 >> (8 * h)), nz,
+                        _mm512_castsi512_pd(_mm512_alignr_epi64(next, cur, 2))));
+      __mmask8 keep = (__mmask8)(start >> (8 * h));
+      _mm512_mask_compressstoreu_pd(ov + written, keep, t);
+      written += __builtin_popcount(keep);
+    }}
+  }}
+  return written;
+}}
+/* whether a row of n entries in all, coordinates below dim, takes coiter_union_sum3 */
+#define COITER_UNION_FITS(n, dim) ((n) > 0 && (n) <= 64 && (dim) < ((int64_t)1 << 25))
+static inline int64_t coiter_union_sum3(const int32_t* c0, const double* v0, int64_t n0,
+                                        const int32_t* c1, const double* v1, int64_t n1,
+                                        const int32_t* c2, const double* v2, int64_t n2,
+                                        int32_t* restrict oc, double* restrict ov) {{
+  const int32_t* c[3] = {{c0, c1, c2}};
+  const double* v[3] = {{v0, v1, v2}};
+  const int64_t len[3] = {{n0, n1, n2}}, total = n0 + n1 + n2;
+  if (total <= 16) return coiter_union_lanes(1, c, v, len, oc, ov);
+  if (total <= 32) return coiter_union_lanes(2, c, v, len, oc, ov);
+  return coiter_union_lanes(4, c, v, len, oc, ov);
+}}
+#else
+/* without AVX-512 every row takes the merge */
+#define COITER_UNION_FITS(n, dim) 0
+#define coiter_union_sum3(c0, v0, n0, c1, v1, n1, c2, v2, n2, oc, ov) ((int64_t)0)
+#endif
+"""),
     (('coiter_sort_index',), """\
+#ifdef COITER_SORT_AVX512
+/* byte b of iota is b: compressed by a word, it lists the word's set bits in order */
+#define COITER_IOTA64 _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, \\
+    48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, \\
+    24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+/* the coordinates of word w's set bits, in order, at a; how many. A compress instruction
+   lists them without a branch per bit */
+static inline int coiter_word_bits(int64_t* restrict a, int64_t w, uint64_t word) {{
+  uint8_t at[64];
+  _mm512_storeu_si512(at, _mm512_maskz_compress_epi8(word, COITER_IOTA64));
+  __m512i base = _mm512_set1_epi64(w << 6);
+  int count = __builtin_popcountll(word);
+  for (int r = 0; r < count; r += 8) {{
+    __m512i c = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(at + r)));
+    int m = count - r < 8 ? count - r : 8;
+    _mm512_mask_storeu_epi64(a + r, (__mmask8)((1u << m) - 1), _mm512_add_epi64(base, c));
+  }}
+  return count;
+}}
+#else
+static inline int coiter_word_bits(int64_t* restrict a, int64_t w, uint64_t word) {{
+  int count = 0;
+  for (; word; word &= word - 1) a[count++] = (w << 6) + __builtin_ctzll(word);
+  return count;
+}}
+#endif
+/* order a list of more than 16 coordinates a[0..n) by setting their bits in set's bitmap
+   and reading them back in order, which leaves the bitmap zeroed (about 4n operations plus
+   the words the list's range spans; quicksort and radix sort cost twice that on SpGEMM
+   rows). Where the range spans fewer than 8n words, its words are read eight to an
+   instruction (AVX-512) and the nonzero ones listed without a branch; wider ranges also
+   mark a summary bit per nonzero word and read back only the words it marks. The summary
+   bit of every entry is a read-modify-write of one word that the next entry waits for: on
+   SpGEMM rows of a few hundred entries within 40,000 columns it made sorting a third
+   slower than the scan */
+static void coiter_sort_bitmap(int64_t* restrict a, int64_t n, uint8_t* restrict set,
+                                                         int64_t dim) {{
+  uint64_t* bits = (uint64_t*)(set + coiter_row_flag_bytes(dim));
+  uint64_t* summary = bits + (dim >> 6) + 1;
+  int64_t lo = a[0], hi = a[0];
+  for (int64_t q = 1; q < n; q++) {{
+    lo = a[q] < lo ? a[q] : lo;
+    hi = a[q] > hi ? a[q] : hi;
+  }}
+  int64_t k = 0;
+#ifdef COITER_SORT_AVX512
+  if ((hi >> 6) - (lo >> 6) < 8 * n) {{
+    for (int64_t q = 0; q < n; q++) bits[a[q] >> 6] |= (uint64_t)1 << (a[q] & 63);
+    const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    int64_t nonzero[512];  /* the nonzero words of 512 in turn */
+    for (int64_t w0 = lo >> 6; w0 <= hi >> 6; w0 += 512) {{
+      int64_t w1 = COITER_MIN(w0 + 512, (hi >> 6) + 1), m = 0;
+      for (int64_t w = w0; w < w1; w += 8) {{
+        __mmask8 in = (__mmask8)(w1 - w >= 8 ? 0xff : (1u << (w1 - w)) - 1);
+        __m512i x = _mm512_maskz_loadu_epi64(in, bits + w);
+        __mmask8 nz = _mm512_test_epi64_mask(x, x);
+        _mm512_mask_compressstoreu_epi64(nonzero + m, nz, _mm512_add_epi64(_mm512_set1_epi64(w), lane));
+        m += __builtin_popcount(nz);
+      }}
+      for (int64_t q = 0; q < m; q++) {{
+        k += coiter_word_bits(a + k, nonzero[q], bits[nonzero[q]]);
+        bits[nonzero[q]] = 0;
+      }}
+    }}
+    return;
+  }}
+#endif
+  for (int64_t q = 0; q < n; q++) {{
+    int64_t j = a[q];
+    bits[j >> 6] |= (uint64_t)1 << (j & 63);
+    summary[j >> 12] |= (uint64_t)1 << ((j >> 6) & 63);
+  }}
+  for (int64_t s = lo >> 12; s <= hi >> 12; s++) {{
+    for (uint64_t sw = summary[s]; sw; sw &= sw - 1) {{
+      int64_t w = (s << 6) + __builtin_ctzll(sw);
+      k += coiter_word_bits(a + k, w, bits[w]);
+      bits[w] = 0;
+    }}
+    summary[s] = 0;
+  }}
+}}
 /* order a workspace's coordinate list a[0..n) (coordinates flagged in set): up to 16 by
    insertion sort; up to 128 by sorting networks where the processor has AVX-512 (32 by
-   quicksort elsewhere); longer ones by setting their bits in set's bitmap and reading them
-   back in order, which leaves the bitmap zeroed (about 4n operations plus one summary word
-   per 4096 coordinates of the list's range; quicksort and radix sort cost twice that on
-   SpGEMM rows). With AVX-512 each word's bits are read back by a compress instruction,
-   without a branch per bit */
+   quicksort elsewhere); longer ones by the bitmap. Inlined into the row loop: most rows
+   are short, and a call per row cost road networks' SpGEMM 5 to 10% */
 static void coiter_sort_index(int64_t* restrict a, int64_t n, uint8_t* restrict set, int64_t dim) {{
-  if (n < 2) return;
-  if (n <= 16) {{ coiter_qsort_index(a, n); return; }}
+  if (n <= 16) {{
+    for (int64_t i = 1; i < n; i++) {{
+      int64_t v = a[i], j = i - 1;
+      while (j >= 0 && a[j] > v) {{ a[j + 1] = a[j]; j--; }}
+      a[j + 1] = v;
+    }}
+    return;
+  }}
 #ifdef COITER_SORT_AVX512
   if (n <= 128 && dim <= INT32_MAX) {{ coiter_sort_network(a, n); return; }}
 #else
   if (n <= 32) {{ coiter_qsort_index(a, n); return; }}
 #endif
-  uint64_t* bits = (uint64_t*)(set + coiter_row_flag_bytes(dim));
-  uint64_t* summary = bits + (dim >> 6) + 1;
-  int64_t lo = a[0], hi = a[0];
-  for (int64_t q = 0; q < n; q++) {{
-    int64_t j = a[q];
-    lo = j < lo ? j : lo;
-    hi = j > hi ? j : hi;
-    bits[j >> 6] |= (uint64_t)1 << (j & 63);
-    summary[j >> 12] |= (uint64_t)1 << ((j >> 6) & 63);
-  }}
-  int64_t k = 0;
-#ifdef COITER_SORT_AVX512
-  /* byte b of iota is b: compressed by a word, it lists the word's set bits in order */
-  const __m512i iota = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48,
-      47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24,
-      23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  for (int64_t s = lo >> 12; s <= hi >> 12; s++) {{
-    uint64_t sw = summary[s];
-    summary[s] = 0;
-    uint8_t words[64];
-    _mm512_storeu_si512(words, _mm512_maskz_compress_epi8(sw, iota));
-    for (int q = 0, nw = __builtin_popcountll(sw); q < nw; q++) {{
-      int64_t w = (s << 6) + words[q];
-      uint64_t word = bits[w];
-      bits[w] = 0;
-      uint8_t at[64];
-      _mm512_storeu_si512(at, _mm512_maskz_compress_epi8(word, iota));
-      __m512i base = _mm512_set1_epi64(w << 6);
-      int count = __builtin_popcountll(word);
-      for (int r = 0; r < count; r += 8) {{
-        __m512i c = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(at + r)));
-        int m = count - r < 8 ? count - r : 8;
-        _mm512_mask_storeu_epi64(a + k + r, (__mmask8)((1u << m) - 1), _mm512_add_epi64(base, c));
-      }}
-      k += count;
-    }}
-  }}
-#else
-  for (int64_t s = lo >> 12; s <= hi >> 12; s++) {{
-    uint64_t sw = summary[s];
-    summary[s] = 0;
-    for (; sw; sw &= sw - 1) {{
-      int64_t w = (s << 6) + __builtin_ctzll(sw);
-      uint64_t word = bits[w];
-      bits[w] = 0;
-      for (; word; word &= word - 1) a[k++] = (w << 6) + __builtin_ctzll(word);
-    }}
-  }}
-#endif
+  coiter_sort_bitmap(a, n, set, dim);
 }}
 """),
     (('coiter_hash_locate',), """\

@@ -52,6 +52,7 @@ from .gathers import prefetch_far_gathers
 from .prefetch import prefetch_located_segments
 from .short_runs import short_run_sums
 from .sums import split_long_sums
+from .unions import MAX_RUNS, Run, sum_terms, union_row
 from .reductions import atomic_updates, scalar_accumulation
 from .equations import EquationLoops
 from .derived import DerivedLoops
@@ -963,6 +964,8 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                 (Var(self._iter_names(it)[0]), Var(self._iter_names(it)[1])) for it in iters]
             reserve = self._reserve(bottoms, walked)
             out += reserve
+            if reserve:  # the helper writes a row's entries unchecked
+                out += self._union_row(f, v, lattice, bottoms)
             with self._reserved(bottoms if reserve else []):
                 for point in lattice.points:
                     out.append(self._point_loop(f.body, scope, v, lattice, point, bottoms))
@@ -984,6 +987,44 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                 end = self._pattern_segment(a, g, scope)[1]
                 out.append(If(Bin("!=", Var(g.counter), end), block(Return(Const(PATTERN_ERROR)))))
         return out
+
+    def _union_row(self, f: Forall, v: IndexVar, lattice: Lattice, bottoms) -> list[IRStmt]:
+        """The row of a sum of two or three sparse operands formed at once before their
+        merge (:mod:`.unions`) where the merge qualifies; nothing where it does not."""
+        terms = sum_terms(f.body)
+        iters = lattice.iterators
+        extent = self.extent.get(v)
+        if (self.target != "c" or self.mode != "fused" or v in self.window or v in self.gallop
+                or extent is None or terms is None or not 2 <= len(terms) <= MAX_RUNS
+                or len(bottoms) != 1 or lattice.full_range
+                or len(lattice.points) != 2 ** len(terms) - 1
+                or {it.access for it in iters} != set(terms) or len(iters) != len(terms)
+                # an absent entry adds nothing only where it reads as zero
+                or any(self.decls[a.tensor].role != "input" or self.absence.fill(a.tensor) != 0
+                       for a in terms) or self.absence.fill(self.result) != 0):
+            return []
+        a, g = bottoms[0]
+        k = self.decls[self.result].order - 1
+        names = self.names(self.result, k)
+        crd = names.array("crd")
+        appended = self.fmt(self.result).levels[k].append_coord(names, Var(g.counter), Var(crd))
+        if (a != f.body.lhs or g.members != [k] or self.itype[self.result] != "int32_t"
+                or self.vtype[self.result] != "double"
+                or appended != [IRAssign(Load(crd, Var(g.counter)), Var(crd))]):
+            return []
+        runs: list[Run] = []
+        for term in terms:
+            it = next(it for it in iters if it.access == term)
+            level, t = self._level(it), term.tensor
+            p, end = self._iter_names(it)
+            at = self.names(t, it.level)
+            if (it.slice is not None or it in self.views or it in self.fused
+                    or it.level != self.decls[t].order - 1 or not (level.ordered and level.unique)
+                    or self.itype[t] != "int32_t" or self.vtype[t] != "double"
+                    or level.pos_access(at, Var(p)) != Load(at.array("crd"), Var(p))):
+                return []
+            runs.append(Run(at.array("crd"), self.vals(t), p, end))
+        return [union_row(runs, crd, self.vals(self.result), g.counter, extent)]
 
     def _pattern_segment(self, a: Access, g: _Group, scope: Scope) -> tuple[IRExpr, IRExpr]:
         """Positions ``[begin, end)`` of the pattern's segment that group ``g`` of result ``a``
