@@ -1,9 +1,33 @@
 """Random test data and the numpy reference used by the differential tests."""
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 import coiter
+from coiter.runtime.compiler import DEFAULT_CFLAGS
+
+# C flags of kernels built with and without AVX-512 (prelude helpers that use it have a
+# plain C path for other processors)
+CFLAGS = {"native": DEFAULT_CFLAGS, "no-avx512": DEFAULT_CFLAGS + " -mno-avx512f"}
+
+
+@contextmanager
+def cflags(flags: str) -> Iterator[None]:
+    """Kernels built meanwhile get the C flags ``CFLAGS[flags]`` (part of the kernel
+    cache's key)."""
+    old = os.environ.get("COITER_CFLAGS")
+    os.environ["COITER_CFLAGS"] = CFLAGS[flags]
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["COITER_CFLAGS"]
+        else:
+            os.environ["COITER_CFLAGS"] = old
 
 
 def random_array(rng: np.random.Generator, shape: tuple[int, ...], density: float) -> np.ndarray:

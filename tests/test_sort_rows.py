@@ -10,9 +10,6 @@ workspace receives its coordinates unsorted and the row's length is exact; lengt
 both sides of every threshold, over column ranges one to many bitmap summary words wide."""
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -20,26 +17,11 @@ import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 import coiter
-from coiter.runtime.compiler import DEFAULT_CFLAGS
+from helpers import CFLAGS, cflags
 
 LENGTHS = [0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 300, 2000]
-FLAGS = {"native": DEFAULT_CFLAGS, "no-avx512": DEFAULT_CFLAGS + " -mno-avx512f"}
 KERNELS = {flags: coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
-           for flags in FLAGS}  # one per flags: a kernel builds its code at its first call
-
-
-@contextmanager
-def _cflags(flags: str) -> Iterator[None]:
-    """Kernels built meanwhile get these C flags (part of the kernel cache's key)."""
-    old = os.environ.get("COITER_CFLAGS")
-    os.environ["COITER_CFLAGS"] = FLAGS[flags]
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["COITER_CFLAGS"]
-        else:
-            os.environ["COITER_CFLAGS"] = old
+           for flags in CFLAGS}  # one per flags: a kernel builds its code at its first call
 
 
 def _operands(lengths: list[int], dim: int, seed: int) -> tuple[sp.csr_array, sp.csr_array]:
@@ -63,14 +45,14 @@ def _operands(lengths: list[int], dim: int, seed: int) -> tuple[sp.csr_array, sp
     return a, b
 
 
-@pytest.mark.parametrize("flags", list(FLAGS))
+@pytest.mark.parametrize("flags", list(CFLAGS))
 @settings(max_examples=20, deadline=None)
 @given(lengths=st.lists(st.sampled_from(LENGTHS), min_size=1, max_size=12),
        dim=st.sampled_from([3000, 70000, 1_000_000]), seed=st.integers(0, 2**32 - 1),
        threads=st.sampled_from([1, 2]))
 def test_rows_come_out_sorted(flags: str, lengths: list[int], dim: int, seed: int, threads: int) -> None:
     a, b = _operands(lengths, dim, seed)
-    with _cflags(flags):
+    with cflags(flags):
         got = sp.csr_array(KERNELS[flags](A=a, B=b, threads=threads).to_scipy())
     want = sp.csr_array(a @ b)
     want.sort_indices()
@@ -79,7 +61,7 @@ def test_rows_come_out_sorted(flags: str, lengths: list[int], dim: int, seed: in
     np.testing.assert_allclose(got.data, want.data, rtol=1e-14)
 
 
-@pytest.mark.parametrize("flags", list(FLAGS))
+@pytest.mark.parametrize("flags", list(CFLAGS))
 @pytest.mark.parametrize("length, dim", [
     (300, 3000),         # a range of 47 words: scanned
     (2000, 70000),       # 1094 words, fewer than 8 a coordinate: scanned 512 words at a time
@@ -91,7 +73,7 @@ def test_long_rows_either_read(flags: str, length: int, dim: int) -> None:
     """Rows past the sorting networks, on both sides of the choice between scanning the
     range's bitmap words and following summary bits, next to short rows."""
     a, b = _operands([length, 3, length, 0, length], dim, seed=length + dim)
-    with _cflags(flags):
+    with cflags(flags):
         got = sp.csr_array(KERNELS[flags](A=a, B=b).to_scipy())
     want = sp.csr_array(a @ b)
     want.sort_indices()

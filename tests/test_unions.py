@@ -11,9 +11,6 @@ and at 1 and 2 threads."""
 from __future__ import annotations
 
 import itertools
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -21,28 +18,13 @@ import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 import coiter
-from coiter.runtime.compiler import DEFAULT_CFLAGS
+from helpers import CFLAGS, cflags
 
-FLAGS = {"native": DEFAULT_CFLAGS, "no-avx512": DEFAULT_CFLAGS + " -mno-avx512f"}
 SUMS = {2: "D(i,j) = A(i,j) + B(i,j)", 3: "D(i,j) = A(i,j) + B(i,j) + C(i,j)"}
 VALUES = [-0.0, 0.0, 1.5, -2.25, 1e300, np.inf, -np.inf, np.nan, 0.1, -0.7]
 # row lengths of one operand: totals over two or three operands fall on both sides of 16,
 # 32 and 64
 LENGTHS = [0, 1, 2, 5, 8, 11, 16, 17, 21, 22, 30, 40]
-
-
-@contextmanager
-def _cflags(flags: str) -> Iterator[None]:
-    """Kernels built meanwhile get these C flags (part of the kernel cache's key)."""
-    old = os.environ.get("COITER_CFLAGS")
-    os.environ["COITER_CFLAGS"] = FLAGS[flags]
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["COITER_CFLAGS"]
-        else:
-            os.environ["COITER_CFLAGS"] = old
 
 
 def _kernel(n: int, result: str = "csr", operands: str = "csr") -> coiter.Kernel:
@@ -95,7 +77,7 @@ def _check(got: coiter.Tensor, ops: list[sp.csr_array]) -> None:
     np.testing.assert_array_equal(out.data.view(np.int64), data.view(np.int64))
 
 
-@pytest.mark.parametrize("flags", list(FLAGS))
+@pytest.mark.parametrize("flags", list(CFLAGS))
 @settings(max_examples=25, deadline=None)
 @given(n=st.sampled_from([2, 3]), seed=st.integers(0, 2**32 - 1),
        lengths=st.lists(st.tuples(*[st.sampled_from(LENGTHS)] * 3), min_size=1, max_size=10),
@@ -108,13 +90,13 @@ def test_sum_rows_bit_for_bit(flags: str, n: int, seed: int, lengths: list[tuple
     pool = np.arange(cols - 48, cols)
     ops = [_matrix(rng, [row[s] for row in lengths], cols, pool) for s in range(n)]
     kernel = _kernel(n)
-    with _cflags(flags):
+    with cflags(flags):
         got = kernel(threads=threads, **dict(zip("ABC", ops)))
     _check(got, ops)
     assert _takes_helper(kernel)
 
 
-@pytest.mark.parametrize("flags", list(FLAGS))
+@pytest.mark.parametrize("flags", list(CFLAGS))
 @pytest.mark.parametrize("length", [1, 5, 10, 21, 22, 30])
 def test_order_of_additions(flags: str, length: int) -> None:
     """Every column in all three operands: (1e16 + 1) - 1e16 is 0.0 in the sum's order and
@@ -124,7 +106,7 @@ def test_order_of_additions(flags: str, length: int) -> None:
     a, b, c = (row(np.full(length, x), cols) for x in (1e16, 1.0, -1e16))
     zeros = [row(np.full(len(k), x), k) for x, k in ((-0.0, cols), (0.0, cols[::2]), (-0.0, cols[1::3]))]
     kernel = _kernel(3)
-    with _cflags(flags):
+    with cflags(flags):
         got = kernel(A=a, B=b, C=c)
         signed = kernel(A=zeros[0], B=zeros[1], C=zeros[2])
     np.testing.assert_array_equal(got.to_scipy().data.view(np.int64), np.zeros(length).view(np.int64))
@@ -132,7 +114,7 @@ def test_order_of_additions(flags: str, length: int) -> None:
     assert _takes_helper(kernel)
 
 
-@pytest.mark.parametrize("flags", list(FLAGS))
+@pytest.mark.parametrize("flags", list(CFLAGS))
 @pytest.mark.parametrize("result, operands", [("dcsr", "csr"), ("csr", "dcsr"), ("dcsr", "dcsr")])
 @pytest.mark.parametrize("index", [np.int32, np.int64])
 def test_other_formats(flags: str, result: str, operands: str, index: type) -> None:
@@ -141,7 +123,7 @@ def test_other_formats(flags: str, result: str, operands: str, index: type) -> N
     lengths = [[rng.choice(LENGTHS) if rng.random() < 0.8 else 0 for _ in range(40)] for _ in range(3)]
     ops = [_matrix(rng, lengths[s], 200, np.arange(200), index) for s in range(3)]
     kernel = _kernel(3, result, operands)
-    with _cflags(flags):
+    with cflags(flags):
         got = kernel(**dict(zip("ABC", ops)))
     _check(got, ops)
     assert _takes_helper(kernel) or index is np.int64
