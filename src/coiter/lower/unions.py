@@ -13,17 +13,19 @@ one, which changes no sum) and compresses the row into the result. The values ar
 merge's, bit for bit. The merge loops still follow for longer rows; after the helper their
 iterators stand at their ends and the loops do not run.
 
-The lowering (``_union_row`` in :mod:`.lower`) takes the helper where a merge
-qualifies: a plain assignment of a left-to-right sum of two or three input accesses (no
-scaling, no other terms) to a result whose last level appends, every operand and the result
-with ``double`` values, 32-bit coordinates and zero fill (an absent entry adds nothing),
-each operand's run read at its own last level (so a position indexes its values) from an
-ordered, unique level. The helper needs AVX-512 and
-coordinates below 2^25 (checked per call); elsewhere the merge runs.
+The lowering (``_union_row`` in :mod:`.lower`) takes the helper where a merge qualifies: a
+kernel that assembles and computes its result at once, a plain assignment of a
+left-to-right sum of two or three input accesses (no scaling, no other terms) to a result
+whose last level appends, every operand and the result with ``double`` values, 32-bit
+coordinates and zero fill (an absent entry adds nothing), each operand's run read at its
+own last level (so a position indexes its values) from an ordered, unique level. The helper
+needs AVX-512 and coordinates below 2^25 (checked per call); elsewhere the merge runs.
 
-Measured in a C harness on the benchmark's SpAdd3 operands (A, A with rows shuffled, A with
-columns shuffled; 1 thread, ms, merge -> helper): USA-road-NY 14.8 -> 9.9, as-caida 3.6 ->
-2.0, cit-HepPh 10.1 -> 5.5, bcsstk33 7.8 -> 5.0, soc-Slashdot0902 22.4 -> 14.7.
+Old and new kernels in one process on the benchmark's SpAdd3 operands (A, A with rows
+shuffled, A with columns shuffled; 1 thread, ms, merge -> helper): add32 0.52 -> 0.26,
+memplus 2.19 -> 1.27, cit-HepPh 10.1 -> 8.0, USA-road-NY 16.5 -> 11.8; rows of more than 64
+entries (bcsstk33) keep the merge, and rows the merge predicts well (lp_ship04l's long
+single-operand stretches) lose 0.01 ms (docs/performance.md).
 """
 from __future__ import annotations
 
