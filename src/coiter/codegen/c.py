@@ -208,7 +208,15 @@ COITER_RUN_DOT(i32, int32_t)
 COITER_RUN_DOT(i64, int64_t)
 #endif
 """),
-    (('coiter_qsort_index',), """\
+    (('coiter_insertion_sort', 'coiter_qsort_index'), """\
+/* sort a few coordinates ascending, one insertion each */
+static inline void coiter_insertion_sort(int64_t* a, int64_t n) {{
+  for (int64_t i = 1; i < n; i++) {{
+    int64_t v = a[i], j = i - 1;
+    while (j >= 0 && a[j] > v) {{ a[j + 1] = a[j]; j--; }}
+    a[j + 1] = v;
+  }}
+}}
 /* sort coordinates ascending: quicksort (median of three, no comparison callback, the
    smaller side recursed) finishing short ranges by insertion sort */
 static void coiter_qsort_index(int64_t* a, int64_t n) {{
@@ -226,11 +234,7 @@ static void coiter_qsort_index(int64_t* a, int64_t n) {{
     if (j + 1 < n - j - 1) {{ coiter_qsort_index(a, j + 1); a += j + 1; n -= j + 1; }}
     else {{ coiter_qsort_index(a + j + 1, n - j - 1); n = j + 1; }}
   }}
-  for (int64_t i = 1; i < n; i++) {{
-    int64_t v = a[i], j = i - 1;
-    while (j >= 0 && a[j] > v) {{ a[j + 1] = a[j]; j--; }}
-    a[j + 1] = v;
-  }}
+  coiter_insertion_sort(a, n);
 }}
 """),
     (('coiter_row_flag_bytes', 'coiter_row_set_bytes'), """\
@@ -518,15 +522,11 @@ static void coiter_sort_bitmap(int64_t* restrict a, int64_t n, uint8_t* restrict
 }}
 /* order a workspace's coordinate list a[0..n) (coordinates flagged in set): up to 16 by
    insertion sort; up to 128 by sorting networks where the processor has AVX-512 (32 by
-   quicksort elsewhere); longer ones by the bitmap. Inlined into the row loop: most rows
-   are short, and a call per row cost road networks' SpGEMM 5 to 10% */
+   quicksort elsewhere); longer ones by the bitmap. Short rows, most rows, are sorted in the
+   row loop itself: a call per row cost road networks' SpGEMM 5 to 10% */
 static void coiter_sort_index(int64_t* restrict a, int64_t n, uint8_t* restrict set, int64_t dim) {{
   if (n <= 16) {{
-    for (int64_t i = 1; i < n; i++) {{
-      int64_t v = a[i], j = i - 1;
-      while (j >= 0 && a[j] > v) {{ a[j + 1] = a[j]; j--; }}
-      a[j + 1] = v;
-    }}
+    coiter_insertion_sort(a, n);
     return;
   }}
 #ifdef COITER_SORT_AVX512

@@ -992,13 +992,13 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         """The row of a sum of two or three sparse operands formed at once before their
         merge (:mod:`.unions`) where the merge qualifies; nothing where it does not."""
         terms = sum_terms(f.body)
-        iters = lattice.iterators
+        iters = {it.access: it for it in lattice.iterators}
         extent = self.extent.get(v)
         if (self.target != "c" or self.mode != "fused" or v in self.window or v in self.gallop
                 or extent is None or terms is None or not 2 <= len(terms) <= MAX_RUNS
                 or len(bottoms) != 1 or lattice.full_range
                 or len(lattice.points) != 2 ** len(terms) - 1
-                or {it.access for it in iters} != set(terms) or len(iters) != len(terms)
+                or len(lattice.iterators) != len(terms) or iters.keys() != set(terms)
                 # an absent entry adds nothing only where it reads as zero
                 or any(self.decls[a.tensor].role != "input" or self.absence.fill(a.tensor) != 0
                        for a in terms) or self.absence.fill(self.result) != 0):
@@ -1014,7 +1014,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             return []
         runs: list[Run] = []
         for term in terms:
-            it = next(it for it in iters if it.access == term)
+            it = iters[term]
             level, t = self._level(it), term.tensor
             p, end = self._iter_names(it)
             at = self.names(t, it.level)
