@@ -208,6 +208,92 @@ COITER_RUN_DOT(i32, int32_t)
 COITER_RUN_DOT(i64, int64_t)
 #endif
 """),
+    (('coiter_rows_dot_i32', 'coiter_rows_dot_i64'), """\
+/* y[r] = the sum of v[p] * c[k[p]] for p in pos[r]..pos[r+1], for rows r in s..e, each
+   sum added one by one in position order from 0.0 as the row loop would
+   (lower/tiny_runs.py). Eight rows go at once, a row per lane: step j adds position
+   pos[r] + j of each row still that long, so rows of one to a few positions cost no loop
+   exit each. Where the eight rows hold at most 16 positions, their values and coordinates
+   are loaded once (masked: nothing past them is read) and each step picks its lanes' by a
+   permute, so that only c is gathered; otherwise each step gathers all three, and a row
+   longer than COITER_ROW_LANE_STEPS goes on in a loop */
+#define COITER_ROW_LANE_STEPS 8
+#define COITER_ROWS_TAIL(r, s0) \\
+  for (int64_t q = (r); q < (s0); q++) {{ \\
+    double t = 0.0; \\
+    for (int64_t p = pos[q]; p < pos[q + 1]; p++) t += v[p] * c[k[p]]; \\
+    y[q] = t; \\
+  }}
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+#include <immintrin.h>
+/* the group's (at most 16) coordinates from k + b in registers, and those at offsets o */
+#define COITER_WINDOW_I32 __m512i k0 = _mm512_maskz_loadu_epi32(in, k + b);
+#define COITER_PICK_I32(o) _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_castsi256_si512(o), k0))
+#define COITER_WIDE_I32(o) _mm512_cvtepi32_epi64(o)
+#define COITER_WINDOW_I64 __m512i k0 = _mm512_maskz_loadu_epi64((__mmask8)in, k + b), \\
+                                  k1 = _mm512_maskz_loadu_epi64((__mmask8)(in >> 8), k + b + 8);
+#define COITER_PICK_I64(o) _mm512_permutex2var_epi64(k0, o, k1)
+#define COITER_WIDE_I64(o) (o)
+#define COITER_ROWS_DOT(suffix, index_t, vec_t, load, sub, add, set1, cmpgt, gather_k, gather_pd, \\
+                        window, pick, wide) \\
+static inline void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
+                                            const index_t* restrict k, const double* restrict v, \\
+                                            const double* restrict c, int64_t s, int64_t e) {{ \\
+  int64_t r = s; \\
+  for (; r + 8 <= e; r += 8) {{ \\
+    vec_t lo = load((const void*)(pos + r)), n = sub(load((const void*)(pos + r + 1)), lo); \\
+    vec_t j = set1(0); \\
+    __m512d t = _mm512_setzero_pd(); \\
+    __mmask8 m = cmpgt(n, j); \\
+    int64_t b = pos[r], w = pos[r + 8] - b; \\
+    if (w <= 16) {{ \\
+      __mmask16 in = (__mmask16)((1u << w) - 1); \\
+      __m512d v0 = _mm512_maskz_loadu_pd((__mmask8)in, v + b); \\
+      __m512d v1 = _mm512_maskz_loadu_pd((__mmask8)(in >> 8), v + b + 8); \\
+      window \\
+      vec_t o = sub(lo, set1(b)); \\
+      for (; m; j = add(j, set1(1)), m = cmpgt(n, j)) {{ \\
+        vec_t q = add(o, j); \\
+        __m512d x = gather_pd(_mm512_setzero_pd(), m, pick(q), c, 8); \\
+        t = _mm512_mask_add_pd(t, m, t, _mm512_mul_pd(_mm512_permutex2var_pd(v0, wide(q), v1), x)); \\
+      }} \\
+      _mm512_storeu_pd(y + r, t); \\
+      continue; \\
+    }} \\
+    for (int step = 0; m && step < COITER_ROW_LANE_STEPS; step++) {{ \\
+      vec_t p = add(lo, j); \\
+      __m512d x = gather_pd(_mm512_setzero_pd(), m, gather_k(set1(0), m, p, k, sizeof(index_t)), c, 8); \\
+      t = _mm512_mask_add_pd(t, m, t, _mm512_mul_pd(gather_pd(_mm512_setzero_pd(), m, p, v, 8), x)); \\
+      j = add(j, set1(1)); \\
+      m = cmpgt(n, j); \\
+    }} \\
+    _mm512_storeu_pd(y + r, t); \\
+    for (; m; m &= (__mmask8)(m - 1)) {{ \\
+      int64_t q = r + __builtin_ctz(m); \\
+      double u = y[q]; \\
+      for (int64_t p = pos[q] + COITER_ROW_LANE_STEPS; p < pos[q + 1]; p++) u += v[p] * c[k[p]]; \\
+      y[q] = u; \\
+    }} \\
+  }} \\
+  COITER_ROWS_TAIL(r, e) \\
+}}
+COITER_ROWS_DOT(i32, int32_t, __m256i, _mm256_loadu_si256, _mm256_sub_epi32, _mm256_add_epi32,
+                _mm256_set1_epi32, _mm256_cmpgt_epi32_mask, _mm256_mmask_i32gather_epi32,
+                _mm512_mask_i32gather_pd, COITER_WINDOW_I32, COITER_PICK_I32, COITER_WIDE_I32)
+COITER_ROWS_DOT(i64, int64_t, __m512i, _mm512_loadu_si512, _mm512_sub_epi64, _mm512_add_epi64,
+                _mm512_set1_epi64, _mm512_cmpgt_epi64_mask, _mm512_mask_i64gather_epi64,
+                _mm512_mask_i64gather_pd, COITER_WINDOW_I64, COITER_PICK_I64, COITER_WIDE_I64)
+#else
+#define COITER_ROWS_DOT(suffix, index_t) \\
+static inline void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
+                                            const index_t* restrict k, const double* restrict v, \\
+                                            const double* restrict c, int64_t s, int64_t e) {{ \\
+  COITER_ROWS_TAIL(s, e) \\
+}}
+COITER_ROWS_DOT(i32, int32_t)
+COITER_ROWS_DOT(i64, int64_t)
+#endif
+"""),
     (('coiter_insertion_sort', 'coiter_qsort_index'), """\
 /* sort a few coordinates ascending, one insertion each */
 static inline void coiter_insertion_sort(int64_t* a, int64_t n) {{

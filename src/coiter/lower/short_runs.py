@@ -39,10 +39,10 @@ def short_run_sums(inputs: dict[str, str]) -> LoopRewrite:
     ``inputs`` maps the kernel's read-only array parameters to their element types."""
 
     def rewrite(f: For, scope: dict[str, str]) -> IRStmt | None:
-        product = None if f.pragma or f.unroll or f.unit else _product(f, scope, inputs)
-        if product is None:
+        summed = None if f.pragma or f.unroll or f.unit else product(f, scope, inputs)
+        if summed is None:
             return None
-        total, vals, crd, x = product
+        total, vals, crd, x = summed
         length = Bin("-", f.end, f.start)
         dot = Call(f"coiter_run_dot_{INDEX_SUFFIX[inputs[crd]]}",
                    (Var(total), Var(vals), Var(crd), Var(x), f.start, length))
@@ -52,7 +52,7 @@ def short_run_sums(inputs: dict[str, str]) -> LoopRewrite:
     return rewrite
 
 
-def _product(f: For, scope: dict[str, str], inputs: dict[str, str],
+def product(f: For, scope: dict[str, str], inputs: dict[str, str],
              ) -> tuple[str, str, str, str] | None:
     """``(t, vals, crd, x)`` when ``f``'s body is ``[k = crd[p];] t += vals[p] * x[k]`` (either
     factor first) with ``t``, ``vals`` and ``x`` double, ``crd`` a 32- or 64-bit index array,

@@ -20,7 +20,9 @@ bcsstk33 342 -> 220, bcsstk16 163 -> 110, mbeacxc 41 -> 24, lp_fit2d 124 -> 70, 
 118 -> 80, s3rmt3m3 102 -> 85; inputs averaging under 16 a row take the plain loop.
 
 Operands whose runs are short (1.5 to 6 positions on average) get a third version of the
-statement, whose runs of up to four positions are summed without a loop (:mod:`.short_runs`).
+statement, whose runs of up to four positions are summed without a loop (:mod:`.short_runs`);
+where they average under 2.25 a fourth version, tested before it, sums eight rows at once
+(:mod:`.tiny_runs`) where the loop around the runs does nothing else.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from ..ir.nodes import (
 )
 from ..ir.rewrite import LoopRewrite, map_loops
 from ..ir.visit import declared, names, subexprs, used, walk_regions
+from .tiny_runs import TINY_AVERAGE
 
 LANES = 4  # partial sums
 SPLIT_MIN_AVERAGE = 16  # positions per run, on average, from which an operand's sums split
@@ -44,14 +47,16 @@ FLOATING = ("float", "double", "float _Complex", "double _Complex")
 
 
 def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
-                    short: LoopRewrite | None = None) -> IRStmt:
+                    short: LoopRewrite | None = None, tiny: LoopRewrite | None = None) -> IRStmt:
     """``s`` with every innermost loop over a run ``pos[e] .. pos[e+1]`` of an array in
     ``pos_lengths`` (its element count) whose body declares values and adds one into a
     floating-point scalar split into :data:`LANES` partial sums, when the runs of that array
     average at least :data:`SPLIT_MIN_AVERAGE` positions. Where their average lies within
     :data:`SHORT_AVERAGES`, ``short`` (if given) rewrites those loops instead
-    (:mod:`.short_runs`), so that each operand's statement has up to three versions."""
-    splitter = _Splitter(pos_lengths, declared(s) | used(s), short)
+    (:mod:`.short_runs`), and below :data:`.tiny_runs.TINY_AVERAGE` ``tiny`` (if given)
+    rewrites the loops around them (:mod:`.tiny_runs`), so that each operand's statement has
+    up to four versions."""
+    splitter = _Splitter(pos_lengths, declared(s) | used(s), short, tiny)
     scope: dict[str, str] = {}
     out: list[IRStmt] = []
     for x in block(s).stmts:
@@ -63,10 +68,11 @@ def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
 
 class _Splitter:
     def __init__(self, pos_lengths: dict[str, IRExpr], taken: set[str],
-                 short: LoopRewrite | None) -> None:
+                 short: LoopRewrite | None, tiny: LoopRewrite | None) -> None:
         self.pos_lengths = pos_lengths
         self.taken = taken
         self.short = short
+        self.tiny = tiny
         # per pos array and kind ("long", "short"): the flag declared before the loops that
         # says its runs are that long
         self.flags: dict[tuple[str, str], tuple[str, IRExpr]] = {}
@@ -93,6 +99,11 @@ class _Splitter:
                                   scope)
                 if short != s:
                     plain = If(Var(self._flag(pos, "short")), block(short), block(s))
+            if self.tiny is not None:  # tested first: its range overlaps short's
+                rows = self.tiny
+                tiny = map_loops(s, lambda f, sc: rows(f, sc) if _around(f, pos) else None, scope)
+                if tiny != s:
+                    plain = If(Var(self._flag(pos, "tiny")), block(tiny), block(plain))
             return If(Var(self._flag(pos, "long")), block(split), block(plain))
         self.conditional = True
         try:
@@ -144,6 +155,9 @@ class _Splitter:
             stored = Bin("-", Load(pos, runs), Load(pos, Const(0)))
             if kind == "long":
                 test = Bin(">=", stored, Bin("*", Const(SPLIT_MIN_AVERAGE), runs))
+            elif kind == "tiny":
+                test = Bin("<", Bin("*", Const(TINY_AVERAGE.denominator), stored),
+                           Bin("*", Const(TINY_AVERAGE.numerator), runs))
             else:  # SHORT_AVERAGES, in integers
                 low, high = SHORT_AVERAGES
                 test = Bin("&&", Bin(">=", Bin("*", Const(low.denominator), stored),
@@ -181,6 +195,11 @@ def _walks(f: For, pos: str) -> bool:
     """Whether ``f`` walks one run of ``pos``: ``pos[e] .. pos[e+1]``."""
     return isinstance(f.start, Load) and f.start.array == pos \
         and f.end == Load(pos, add(f.start.index, Const(1)))
+
+
+def _around(f: For, pos: str) -> bool:
+    """Whether a loop right inside ``f``'s body walks one run of ``pos``."""
+    return any(isinstance(x, For) and _walks(x, pos) for x in f.body.stmts)
 
 
 def _minus_one(e: IRExpr) -> IRExpr:

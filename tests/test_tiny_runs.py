@@ -1,0 +1,151 @@
+"""Rows of one or two positions summed eight at a time (``coiter_rows_dot_i32``/``_i64`` in the
+C prelude, coiter/lower/tiny_runs.py).
+
+Each lane must add its row's products one by one from 0.0 in position order, as the row loop
+does: every result equals, bit for bit, a Python sum in that order. Row lengths put groups of
+eight rows on both sides of the helper's 16-position window and past its eight vector steps,
+row counts leave tails of 0 to 7 rows; both index widths, 1 and 2 threads, with and without
+AVX-512 (``-mno-avx512f``: the helper's plain loop). Values span 16 orders of magnitude and
+include inf, NaN and -0.0, so another order or a lane added twice would show."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+import coiter
+from coiter.lower.tiny_runs import TINY_AVERAGE
+from helpers import CFLAGS, cflags, generated_functions
+
+SPMV = "y(i) = A(i,j) * x(j)"
+SPECIAL = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0])
+# row lengths: mostly one or two, some past the window (16 positions for 8 rows) and the
+# vector steps (8)
+LENGTHS = [0, 1, 1, 1, 1, 2, 2, 3, 4, 9, 20]
+
+
+def _spread(rng: np.random.Generator, size: int, special: float = 0.0) -> np.ndarray:
+    v = rng.standard_normal(size) * 10.0 ** rng.uniform(-8, 8, size)
+    return np.where(rng.random(size) < special, rng.choice(SPECIAL, size), v)
+
+
+def _tiny_lengths(rng: np.random.Generator, rows: int) -> list[int]:
+    """``rows`` lengths drawn from LENGTHS, then empty rows added until they average under
+    TINY_AVERAGE (the helper's flag)."""
+    lengths = rng.choice(LENGTHS, rows).tolist()
+    while len(lengths) and sum(lengths) >= TINY_AVERAGE * len(lengths):
+        lengths.insert(int(rng.integers(0, len(lengths) + 1)), 0)
+    return lengths
+
+
+def _csr(rng: np.random.Generator, lengths: list[int], n: int, index: type,
+         special: float = 0.0) -> sp.csr_array:
+    cols = [np.sort(rng.choice(n, size=k, replace=False)) for k in lengths]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(index)
+    indices = np.concatenate(cols).astype(index) if cols else np.zeros(0, index)
+    data = _spread(rng, int(indptr[-1]), special)
+    return sp.csr_array((data, indices, indptr), shape=(len(lengths), n))
+
+
+def _in_order(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
+    out = np.zeros(a.shape[0])
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(a.shape[0]):
+            total = np.float64(0.0)
+            for p in range(a.indptr[i], a.indptr[i + 1]):
+                total += a.data[p] * x[a.indices[p]]
+            out[i] = total
+    return out
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.int64), want[~nan].view(np.int64))
+
+
+def _takes_helper(k: coiter.Kernel, suffix: str) -> bool:
+    return all(f"coiter_rows_dot_{suffix}(" in generated_functions(v.source)
+               for v in k.core.variants())
+
+
+@pytest.mark.parametrize("flags", list(CFLAGS))
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 90),
+       index=st.sampled_from([np.int32, np.int64]), threads=st.sampled_from([1, 2]))
+def test_rows_add_in_the_loops_order(flags: str, seed: int, rows: int, index: type,
+                                     threads: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 40
+    a = _csr(rng, _tiny_lengths(rng, rows), n, index, special=0.05)
+    x = _spread(rng, n, special=0.05)
+    with cflags(flags):
+        k = coiter.compile(SPMV, formats={"A": "csr"})
+        got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
+    _same_bits(got, _in_order(a, x))
+    assert _takes_helper(k, "i32" if index == np.int32 else "i64")
+
+
+def test_every_row_of_a_parallel_loop_is_written() -> None:
+    """The result is allocated unzeroed: groups of eight rows in chunks over two threads, a
+    tail of five rows, each row written once with its own sum."""
+    rng = np.random.default_rng(7)
+    a = _csr(rng, _tiny_lengths(rng, 20005), 3000, np.int32)
+    x = _spread(rng, 3000)
+    k = coiter.compile(SPMV, formats={"A": "csr"})
+    for threads in (1, 2):
+        _same_bits(k(A=a, x=x, threads=threads).to_numpy(), _in_order(a, x))
+    assert _takes_helper(k, "i32")
+
+
+def test_ttv_fibers() -> None:
+    """TTV over a CSF tensor whose fibers hold one or two entries: the result shares the
+    tensor's first levels and each fiber's value is its one-by-one sum, at 1 and 2 threads."""
+    rng = np.random.default_rng(3)
+    shape = (30, 40, 50)
+    dense = np.where(rng.random(shape) < 0.01, _spread(rng, 60000).reshape(shape), 0.0)
+    c = _spread(rng, 50)
+    coords = np.array(np.nonzero(dense))
+    fibers = sp.csr_array(dense.reshape(-1, 50))
+    fibers = sp.csr_array(fibers[np.diff(fibers.indptr) > 0])
+    assert fibers.nnz < TINY_AVERAGE * fibers.shape[0]
+    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": coiter.csf(3), "A": coiter.csf(2)})
+    b = coiter.Tensor.from_coo(coords, dense[tuple(coords)], dense.shape, format=coiter.csf(3))
+    for threads in (1, 2):
+        got = k(B=b, c=c, threads=threads)
+        _same_bits(got.storage.vals, _in_order(fibers, c))
+        np.testing.assert_allclose(got.to_numpy(), np.einsum("ijk,k->ij", dense, c),
+                                   rtol=1e-12, atol=1e-300)
+    assert _takes_helper(k, "i32")
+
+
+def test_a_far_vector_keeps_the_loop() -> None:
+    """A gathered vector past coiter_far_bytes() (8 MB here; the loop prefetches it, the
+    helper would not) takes the row loop: the same sums."""
+    rng = np.random.default_rng(11)
+    n = 1 << 20
+    a = _csr(rng, _tiny_lengths(rng, 3000), n, np.int32)
+    x = _spread(rng, n)
+    k = coiter.compile(SPMV, formats={"A": "csr"})
+    _same_bits(k(A=a, x=x).to_numpy(), _in_order(a, x))
+
+
+def test_other_row_bodies_keep_the_loop() -> None:
+    """float32 values, a factor indexed by the row (not the run's coordinate), a sum added to
+    the result (``+=`` of a second statement's loop) and a DCSR matrix (whose rows' results
+    are scattered) keep their loops; their values match SciPy."""
+    rng = np.random.default_rng(5)
+    a = _csr(rng, [1, 2, 0, 1, 1, 3, 1, 0, 1, 2], 6, np.int32)
+    x = rng.standard_normal(6)
+    k32 = coiter.compile(SPMV, formats={"A": "csr"})
+    a32, x32 = a.astype(np.float32), x.astype(np.float32)
+    np.testing.assert_allclose(k32(A=a32, x=x32).to_numpy(), a32 @ x32, rtol=1e-5)
+    scaled = coiter.compile("y(i) = A(i,j) * b(i)", formats={"A": "csr"})
+    b = rng.standard_normal(10)
+    np.testing.assert_allclose(scaled(A=a, b=b).to_numpy(), a.sum(axis=1) * b, rtol=1e-12)
+    dcsr = coiter.compile(SPMV, formats={"A": "dcsr"})
+    np.testing.assert_allclose(dcsr(A=a, x=x).to_numpy(), a @ x, rtol=1e-12)
+    for k in (k32, scaled, dcsr):
+        assert "coiter_rows_dot" not in "".join(generated_functions(v.source) for v in k.core.variants())
