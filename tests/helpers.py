@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
+import scipy.sparse as sp
 
 import coiter
 from coiter.runtime.compiler import DEFAULT_CFLAGS
@@ -51,3 +52,16 @@ def generated_functions(source: str) -> str:
     """A kernel's C source without the prelude: the parallel loop bodies' helpers, the serial
     copies' functions and the kernel (loops may sit in any of them)."""
     return source[source.index("coiter_fused"):]
+
+
+def row_sums_in_order(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
+    """``a @ x`` with each row's products added one by one from 0.0 in position order, as
+    coiter's row loops add them (the reference of the tests that compare bits)."""
+    out = np.zeros(a.shape[0])
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(a.shape[0]):
+            total = np.float64(0.0)
+            for p in range(a.indptr[i], a.indptr[i + 1]):
+                total += a.data[p] * x[a.indices[p]]
+            out[i] = total
+    return out

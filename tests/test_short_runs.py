@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 import coiter
 from coiter.lower.short_runs import SHORT_RUN
+from helpers import row_sums_in_order
 
 SPMV = "y(i) = A(i,j) * x(j)"
 # run lengths drawn per kind of operand: nearly all single (under 2.25 a run: rows go eight
@@ -32,16 +33,6 @@ def _csr(rng: np.random.Generator, lengths: list[int], n: int, index: type) -> s
     return sp.csr_array((_spread(rng, int(indptr[-1])), indices, indptr), shape=(len(lengths), n))
 
 
-def _in_order(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
-    out = np.zeros(a.shape[0])
-    for i in range(a.shape[0]):
-        total = np.float64(0.0)
-        for p in range(a.indptr[i], a.indptr[i + 1]):
-            total += a.data[p] * x[a.indices[p]]
-        out[i] = total
-    return out
-
-
 def _source(kernel: coiter.Kernel) -> str:
     return "".join(v.source for v in kernel.core.variants())
 
@@ -58,7 +49,7 @@ def test_short_runs_add_in_the_loops_order(seed: int, kind: str, rows: int, inde
     x = _spread(rng, n)
     k = coiter.compile(SPMV, formats={"A": "csr"})
     got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
-    assert np.array_equal(got, _in_order(a, x))
+    assert np.array_equal(got, row_sums_in_order(a, x))
     assert f"coiter_run_dot_{'i32' if index == np.int32 else 'i64'}(" in _source(k)
 
 
@@ -74,7 +65,7 @@ def test_lanes_past_a_run_read_nothing() -> None:
     for first in (np.inf, np.nan):
         x = np.array([first, 1.0, 0.0, -2.0])
         got = k(A=a, x=x).to_numpy()
-        np.testing.assert_array_equal(got, _in_order(a, x))
+        np.testing.assert_array_equal(got, row_sums_in_order(a, x))
         assert np.isfinite(np.delete(got, 1)).all()
     got = k(A=a, x=np.array([1.0, 1.0, 0.0, 1.0])).to_numpy()
     assert np.signbit(got[2]) == np.signbit(np.float64(0.0) + -1.0 * 0.0)
@@ -91,7 +82,7 @@ def test_ttv_fibers_sum_in_order_at_any_thread_count() -> None:
         coords = np.array(np.nonzero(dense))
         fibers = sp.csr_array(dense.reshape(-1, 50))
         fibers = sp.csr_array(fibers[np.diff(fibers.indptr) > 0])
-        ref = _in_order(fibers, c)
+        ref = row_sums_in_order(fibers, c)
         k = coiter.compile("A(i,j) = B(i,j,k) * c(k)",
                            formats={"B": coiter.csf(3), "A": coiter.csf(2)})
         b = coiter.Tensor.from_coo(coords, dense[tuple(coords)], dense.shape, format=coiter.csf(3))

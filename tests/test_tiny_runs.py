@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 import coiter
 from coiter.lower.tiny_runs import TINY_AVERAGE
-from helpers import CFLAGS, cflags, generated_functions
+from helpers import CFLAGS, cflags, generated_functions, row_sums_in_order
 
 SPMV = "y(i) = A(i,j) * x(j)"
 SPECIAL = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0])
@@ -48,17 +48,6 @@ def _csr(rng: np.random.Generator, lengths: list[int], n: int, index: type,
     return sp.csr_array((data, indices, indptr), shape=(len(lengths), n))
 
 
-def _in_order(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
-    out = np.zeros(a.shape[0])
-    with np.errstate(invalid="ignore", over="ignore"):
-        for i in range(a.shape[0]):
-            total = np.float64(0.0)
-            for p in range(a.indptr[i], a.indptr[i + 1]):
-                total += a.data[p] * x[a.indices[p]]
-            out[i] = total
-    return out
-
-
 def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
     assert got.shape == want.shape
     nan = np.isnan(want)
@@ -84,7 +73,7 @@ def test_rows_add_in_the_loops_order(flags: str, seed: int, rows: int, index: ty
     with cflags(flags):
         k = coiter.compile(SPMV, formats={"A": "csr"})
         got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
-    _same_bits(got, _in_order(a, x))
+    _same_bits(got, row_sums_in_order(a, x))
     assert _takes_helper(k, "i32" if index == np.int32 else "i64")
 
 
@@ -96,7 +85,7 @@ def test_every_row_of_a_parallel_loop_is_written() -> None:
     x = _spread(rng, 3000)
     k = coiter.compile(SPMV, formats={"A": "csr"})
     for threads in (1, 2):
-        _same_bits(k(A=a, x=x, threads=threads).to_numpy(), _in_order(a, x))
+        _same_bits(k(A=a, x=x, threads=threads).to_numpy(), row_sums_in_order(a, x))
     assert _takes_helper(k, "i32")
 
 
@@ -115,7 +104,7 @@ def test_ttv_fibers() -> None:
     b = coiter.Tensor.from_coo(coords, dense[tuple(coords)], dense.shape, format=coiter.csf(3))
     for threads in (1, 2):
         got = k(B=b, c=c, threads=threads)
-        _same_bits(got.storage.vals, _in_order(fibers, c))
+        _same_bits(got.storage.vals, row_sums_in_order(fibers, c))
         np.testing.assert_allclose(got.to_numpy(), np.einsum("ijk,k->ij", dense, c),
                                    rtol=1e-12, atol=1e-300)
     assert _takes_helper(k, "i32")
@@ -129,7 +118,7 @@ def test_a_far_vector_keeps_the_loop() -> None:
     a = _csr(rng, _tiny_lengths(rng, 3000), n, np.int32)
     x = _spread(rng, n)
     k = coiter.compile(SPMV, formats={"A": "csr"})
-    _same_bits(k(A=a, x=x).to_numpy(), _in_order(a, x))
+    _same_bits(k(A=a, x=x).to_numpy(), row_sums_in_order(a, x))
 
 
 def test_other_row_bodies_keep_the_loop() -> None:

@@ -52,7 +52,7 @@ from .gathers import prefetch_far_gathers
 from .prefetch import prefetch_located_segments
 from .short_runs import short_run_sums
 from .sums import split_long_sums
-from .tiny_runs import tiny_run_rows
+from .tiny_runs import TinyRunRows
 from .unions import MAX_RUNS, Run, sum_terms, union_row
 from .reductions import atomic_updates, scalar_accumulation
 from .equations import EquationLoops
@@ -1807,7 +1807,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             inputs = {p.name: p.ctype for p in cparams if p.pointers == 1 and p.const}
             results = {p.name: p.ctype for p in cparams if p.pointers == 1 and not p.const}
             body = split_long_sums(body, self._input_array_lengths("pos"), short_run_sums(inputs),
-                                   tiny_run_rows(inputs, results, self._dense_bytes()))
+                                   TinyRunRows(inputs, results, self._dense_bytes()))
             body = prefetch_far_gathers(body, self._input_array_lengths("crd"), self._dense_bytes())
         prologue += self.temp_allocs
         epilogue: list[IRStmt] = list(self.temp_frees)

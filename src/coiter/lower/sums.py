@@ -34,7 +34,7 @@ from ..ir.nodes import (
 )
 from ..ir.rewrite import LoopRewrite, map_loops
 from ..ir.visit import declared, names, subexprs, used, walk_regions
-from .tiny_runs import TINY_AVERAGE
+from .tiny_runs import TINY_AVERAGE, TinyRunRows
 
 LANES = 4  # partial sums
 SPLIT_MIN_AVERAGE = 16  # positions per run, on average, from which an operand's sums split
@@ -47,15 +47,15 @@ FLOATING = ("float", "double", "float _Complex", "double _Complex")
 
 
 def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
-                    short: LoopRewrite | None = None, tiny: LoopRewrite | None = None) -> IRStmt:
+                    short: LoopRewrite | None = None, tiny: TinyRunRows | None = None) -> IRStmt:
     """``s`` with every innermost loop over a run ``pos[e] .. pos[e+1]`` of an array in
     ``pos_lengths`` (its element count) whose body declares values and adds one into a
     floating-point scalar split into :data:`LANES` partial sums, when the runs of that array
     average at least :data:`SPLIT_MIN_AVERAGE` positions. Where their average lies within
     :data:`SHORT_AVERAGES`, ``short`` (if given) rewrites those loops instead
     (:mod:`.short_runs`), and below :data:`.tiny_runs.TINY_AVERAGE` ``tiny`` (if given)
-    rewrites the loops around them (:mod:`.tiny_runs`), so that each operand's statement has
-    up to four versions."""
+    rewrites the loops around them (:mod:`.tiny_runs`; that version runs only where the vectors
+    it gathers are near), so that each operand's statement has up to four versions."""
     splitter = _Splitter(pos_lengths, declared(s) | used(s), short, tiny)
     scope: dict[str, str] = {}
     out: list[IRStmt] = []
@@ -68,7 +68,7 @@ def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
 
 class _Splitter:
     def __init__(self, pos_lengths: dict[str, IRExpr], taken: set[str],
-                 short: LoopRewrite | None, tiny: LoopRewrite | None) -> None:
+                 short: LoopRewrite | None, tiny: TinyRunRows | None) -> None:
         self.pos_lengths = pos_lengths
         self.taken = taken
         self.short = short
@@ -103,7 +103,8 @@ class _Splitter:
                 rows = self.tiny
                 tiny = map_loops(s, lambda f, sc: rows(f, sc) if _around(f, pos) else None, scope)
                 if tiny != s:
-                    plain = If(Var(self._flag(pos, "tiny")), block(tiny), block(plain))
+                    plain = If(Bin("&&", Var(self._flag(pos, "tiny")), rows.near(tiny)),
+                               block(tiny), block(plain))
             return If(Var(self._flag(pos, "long")), block(split), block(plain))
         self.conditional = True
         try:

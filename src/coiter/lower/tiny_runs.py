@@ -37,40 +37,45 @@ from fractions import Fraction
 from typing import TypeGuard
 
 from ..ir.nodes import (
-    Assign, Bin, Block, Call, Comment, Const, Decl, ExprStmt, For, If, IRExpr, IRStmt, Load, Min,
-    Var, add, mul,
+    Assign, Bin, Block, Call, Comment, Const, Decl, ExprStmt, For, IRExpr, IRStmt, Load, Min, Var,
+    add, conj, mul,
 )
-from ..ir.rewrite import LoopRewrite
-from ..ir.visit import subexprs, used
+from ..ir.visit import exprs, subexprs, used, walk
 from .gathers import FAR_BYTES
 from .short_runs import INDEX_SUFFIX, product
 
 # positions per run, on average, below which rows are summed eight at a time
 TINY_AVERAGE = Fraction(9, 4)
+HELPER = "coiter_rows_dot"  # C prelude, suffixed with the index width
 GROUP = 8  # rows a call of the helper takes at once (the lanes of a 512-bit register)
 _CHUNK = re.compile(r"schedule\((\w+), (\w+)\)")  # an OpenMP schedule with a chunk size
 
 
-def tiny_run_rows(inputs: dict[str, str], results: dict[str, str],
-                  dense_bytes: dict[str, IRExpr]) -> LoopRewrite:
+class TinyRunRows:
     """The rewrite of a row loop (serial or parallel) whose body sums one run of a pos
     array into a scalar and stores it into the row's result value, into a call of
-    ``coiter_rows_dot`` (a parallel loop: a call per group of :data:`GROUP` rows) for the
-    calls whose gathered vector stays near (below ``coiter_far_bytes()``, where the loop
-    would not prefetch it: the helper does not). ``inputs`` and ``results`` map the
-    kernel's read-only and written array parameters to their element types, ``dense_bytes``
-    dense arrays to their size in bytes."""
+    ``coiter_rows_dot`` (a parallel loop: a call per group of :data:`GROUP` rows), and the
+    condition under which a rewritten statement may run: every gathered vector near (below
+    ``coiter_far_bytes()``; a far one keeps the loop, which prefetches it, as the helper
+    does not). ``inputs`` and ``results`` map the kernel's read-only and written array
+    parameters to their element types, ``dense_bytes`` dense arrays to their size in bytes."""
 
-    def rewrite(f: For, scope: dict[str, str]) -> IRStmt | None:
-        row = None if f.unroll or f.unit or f.start is None else _row_sum(f, scope, inputs, results)
-        if row is None or row[-1] not in dense_bytes:
+    def __init__(self, inputs: dict[str, str], results: dict[str, str],
+                 dense_bytes: dict[str, IRExpr]) -> None:
+        self.inputs = inputs
+        self.results = results
+        self.dense_bytes = dense_bytes
+
+    def __call__(self, f: For, scope: dict[str, str]) -> IRStmt | None:
+        row = None if f.unroll or f.unit or f.start is None \
+            else _row_sum(f, scope, self.inputs, self.results)
+        if row is None or row[-1] not in self.dense_bytes:
             return None
         result, pos, vals, crd, x = row
-        helper = f"coiter_rows_dot_{INDEX_SUFFIX[inputs[crd]]}"
+        helper = f"{HELPER}_{INDEX_SUFFIX[self.inputs[crd]]}"
         arrays: tuple[IRExpr, ...] = (Var(result), Var(pos), Var(crd), Var(vals), Var(x))
-        near = Bin("<", dense_bytes[x], Call(FAR_BYTES, ()))
         if not f.pragma:
-            return If(near, Block((ExprStmt(Call(helper, (*arrays, f.start, f.end))),)), Block((f,)))
+            return ExprStmt(Call(helper, (*arrays, f.start, f.end)))
         group = f"{f.var}_group"
         while group in used(f):
             group += "_"
@@ -79,10 +84,15 @@ def tiny_run_rows(inputs: dict[str, str], results: dict[str, str],
         call = Call(helper, (*arrays, first, Min((add(first, Const(GROUP)), f.end))))
         # a chunk of rows becomes a chunk of as many rows' groups
         pragma = _CHUNK.sub(rf"schedule(\1, (\2 + {GROUP - 1}) / {GROUP})", f.pragma)
-        rows = For(group, f.ctype, Const(0), groups, Block((ExprStmt(call),)), pragma)
-        return If(near, Block((rows,)), Block((f,)))
+        return For(group, f.ctype, Const(0), groups, Block((ExprStmt(call),)), pragma)
 
-    return rewrite
+    def near(self, s: IRStmt) -> IRExpr:
+        """That every vector the helper calls in ``s`` gather is below coiter_far_bytes()."""
+        gathered = dict.fromkeys(e.args[4].name for x in walk(s) for top in exprs(x)
+                                 for e in subexprs(top)
+                                 if isinstance(e, Call) and e.fn.startswith(HELPER)
+                                 and isinstance(e.args[4], Var))
+        return conj([Bin("<", self.dense_bytes[x], Call(FAR_BYTES, ())) for x in gathered])
 
 
 def _row_sum(f: For, scope: dict[str, str], inputs: dict[str, str], results: dict[str, str],
