@@ -73,8 +73,8 @@ class _Splitter:
         self.taken = taken
         self.short = short
         self.tiny = tiny
-        # per pos array and kind ("long", "short"): the flag declared before the loops that
-        # says its runs are that long
+        # per pos array and kind ("long", "short", "tiny"): the flag declared before the
+        # loops that says its runs are that long
         self.flags: dict[tuple[str, str], tuple[str, IRExpr]] = {}
         # True: each split loop tests its flag; False: loops split unconditionally and
         # their pos arrays gather in ``split_on`` (the caller versions the statement)
