@@ -65,3 +65,26 @@ def row_sums_in_order(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
                 total += a.data[p] * x[a.indices[p]]
             out[i] = total
     return out
+
+
+SPECIAL_VALUES = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0])
+
+
+def spread_values(rng: np.random.Generator, size: int, special: float = 0.0) -> np.ndarray:
+    """Random values over 16 orders of magnitude (so that a sum in another order shows), a
+    fraction ``special`` of them replaced by inf, NaN or signed zeros."""
+    v = rng.standard_normal(size) * 10.0 ** rng.uniform(-8, 8, size)
+    if special:
+        v = np.where(rng.random(size) < special, rng.choice(SPECIAL_VALUES, size), v)
+    return v
+
+
+def csr_with_lengths(rng: np.random.Generator, lengths: list[int], n: int, index: type,
+                     special: float = 0.0) -> sp.csr_array:
+    """An ``len(lengths) x n`` CSR matrix whose rows hold the given numbers of entries (sorted
+    distinct columns, ``index`` arrays, values from :func:`spread_values`)."""
+    cols = [np.sort(rng.choice(n, size=k, replace=False)) for k in lengths]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(index)
+    indices = np.concatenate(cols).astype(index) if cols else np.zeros(0, index)
+    data = spread_values(rng, int(indptr[-1]), special)
+    return sp.csr_array((data, indices, indptr), shape=(len(lengths), n))

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 import coiter
 from coiter.lower.short_runs import SHORT_RUN
-from helpers import row_sums_in_order
+from helpers import csr_with_lengths, row_sums_in_order, spread_values
 
 SPMV = "y(i) = A(i,j) * x(j)"
 # run lengths drawn per kind of operand: nearly all single (under 2.25 a run: rows go eight
@@ -20,17 +20,6 @@ SPMV = "y(i) = A(i,j) * x(j)"
 # (averages stay under the long-run split's 16)
 LENGTHS = {"single": [0, 1, 1, 1, 1, 1, 1, 1, 2, 5], "short": [1, 2, 3, 4, 4],
            "mixed": list(range(0, 13))}
-
-
-def _spread(rng: np.random.Generator, size: int) -> np.ndarray:
-    return rng.standard_normal(size) * 10.0 ** rng.uniform(-8, 8, size)
-
-
-def _csr(rng: np.random.Generator, lengths: list[int], n: int, index: type) -> sp.csr_array:
-    cols = [np.sort(rng.choice(n, size=k, replace=False)) for k in lengths]
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(index)
-    indices = np.concatenate(cols).astype(index) if cols else np.zeros(0, index)
-    return sp.csr_array((_spread(rng, int(indptr[-1])), indices, indptr), shape=(len(lengths), n))
 
 
 def _source(kernel: coiter.Kernel) -> str:
@@ -45,8 +34,8 @@ def test_short_runs_add_in_the_loops_order(seed: int, kind: str, rows: int, inde
                                            threads: int) -> None:
     rng = np.random.default_rng(seed)
     n = 40
-    a = _csr(rng, rng.choice(LENGTHS[kind], rows).tolist(), n, index)
-    x = _spread(rng, n)
+    a = csr_with_lengths(rng, rng.choice(LENGTHS[kind], rows).tolist(), n, index)
+    x = spread_values(rng, n)
     k = coiter.compile(SPMV, formats={"A": "csr"})
     got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
     assert np.array_equal(got, row_sums_in_order(a, x))
@@ -77,8 +66,8 @@ def test_ttv_fibers_sum_in_order_at_any_thread_count() -> None:
     rng = np.random.default_rng(3)
     for density in (0.004, 0.05):
         dense = np.where(rng.random((30, 40, 50)) < density,
-                         _spread(rng, 30 * 40 * 50).reshape(30, 40, 50), 0.0)
-        c = _spread(rng, 50)
+                         spread_values(rng, 30 * 40 * 50).reshape(30, 40, 50), 0.0)
+        c = spread_values(rng, 50)
         coords = np.array(np.nonzero(dense))
         fibers = sp.csr_array(dense.reshape(-1, 50))
         fibers = sp.csr_array(fibers[np.diff(fibers.indptr) > 0])
@@ -98,7 +87,7 @@ def test_only_double_products_of_a_run_and_a_gather_take_the_helper() -> None:
     """float32 values, and a product whose dense factor is not indexed by the run's
     coordinate, keep the loop; their values still match SciPy."""
     rng = np.random.default_rng(5)
-    a = _csr(rng, [SHORT_RUN, 1, 0, 3], 6, np.int32)
+    a = csr_with_lengths(rng, [SHORT_RUN, 1, 0, 3], 6, np.int32)
     k32 = coiter.compile(SPMV, formats={"A": "csr"})
     a32 = a.astype(np.float32)
     x32 = np.arange(1.0, 7.0, dtype=np.float32)

@@ -16,18 +16,14 @@ from hypothesis import given, settings, strategies as st
 
 import coiter
 from coiter.lower.tiny_runs import TINY_AVERAGE
-from helpers import CFLAGS, cflags, generated_functions, row_sums_in_order
+from helpers import (
+    CFLAGS, cflags, csr_with_lengths, generated_functions, row_sums_in_order, spread_values,
+)
 
 SPMV = "y(i) = A(i,j) * x(j)"
-SPECIAL = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0])
 # row lengths: mostly one or two, some past the window (16 positions for 8 rows) and the
 # vector steps (8)
 LENGTHS = [0, 1, 1, 1, 1, 2, 2, 3, 4, 9, 20]
-
-
-def _spread(rng: np.random.Generator, size: int, special: float = 0.0) -> np.ndarray:
-    v = rng.standard_normal(size) * 10.0 ** rng.uniform(-8, 8, size)
-    return np.where(rng.random(size) < special, rng.choice(SPECIAL, size), v)
 
 
 def _tiny_lengths(rng: np.random.Generator, rows: int) -> list[int]:
@@ -37,15 +33,6 @@ def _tiny_lengths(rng: np.random.Generator, rows: int) -> list[int]:
     while len(lengths) and sum(lengths) >= TINY_AVERAGE * len(lengths):
         lengths.insert(int(rng.integers(0, len(lengths) + 1)), 0)
     return lengths
-
-
-def _csr(rng: np.random.Generator, lengths: list[int], n: int, index: type,
-         special: float = 0.0) -> sp.csr_array:
-    cols = [np.sort(rng.choice(n, size=k, replace=False)) for k in lengths]
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(index)
-    indices = np.concatenate(cols).astype(index) if cols else np.zeros(0, index)
-    data = _spread(rng, int(indptr[-1]), special)
-    return sp.csr_array((data, indices, indptr), shape=(len(lengths), n))
 
 
 def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
@@ -68,8 +55,8 @@ def test_rows_add_in_the_loops_order(flags: str, seed: int, rows: int, index: ty
                                      threads: int) -> None:
     rng = np.random.default_rng(seed)
     n = 40
-    a = _csr(rng, _tiny_lengths(rng, rows), n, index, special=0.05)
-    x = _spread(rng, n, special=0.05)
+    a = csr_with_lengths(rng, _tiny_lengths(rng, rows), n, index, special=0.05)
+    x = spread_values(rng, n, special=0.05)
     with cflags(flags):
         k = coiter.compile(SPMV, formats={"A": "csr"})
         got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
@@ -81,8 +68,8 @@ def test_every_row_of_a_parallel_loop_is_written() -> None:
     """The result is allocated unzeroed: groups of eight rows in chunks over two threads, a
     tail of five rows, each row written once with its own sum."""
     rng = np.random.default_rng(7)
-    a = _csr(rng, _tiny_lengths(rng, 20005), 3000, np.int32)
-    x = _spread(rng, 3000)
+    a = csr_with_lengths(rng, _tiny_lengths(rng, 20005), 3000, np.int32)
+    x = spread_values(rng, 3000)
     k = coiter.compile(SPMV, formats={"A": "csr"})
     for threads in (1, 2):
         _same_bits(k(A=a, x=x, threads=threads).to_numpy(), row_sums_in_order(a, x))
@@ -94,8 +81,8 @@ def test_ttv_fibers() -> None:
     tensor's first levels and each fiber's value is its one-by-one sum, at 1 and 2 threads."""
     rng = np.random.default_rng(3)
     shape = (30, 40, 50)
-    dense = np.where(rng.random(shape) < 0.01, _spread(rng, 60000).reshape(shape), 0.0)
-    c = _spread(rng, 50)
+    dense = np.where(rng.random(shape) < 0.01, spread_values(rng, 60000).reshape(shape), 0.0)
+    c = spread_values(rng, 50)
     coords = np.array(np.nonzero(dense))
     fibers = sp.csr_array(dense.reshape(-1, 50))
     fibers = sp.csr_array(fibers[np.diff(fibers.indptr) > 0])
@@ -115,8 +102,8 @@ def test_a_far_vector_keeps_the_loop() -> None:
     helper would not) takes the row loop: the same sums."""
     rng = np.random.default_rng(11)
     n = 1 << 20
-    a = _csr(rng, _tiny_lengths(rng, 3000), n, np.int32)
-    x = _spread(rng, n)
+    a = csr_with_lengths(rng, _tiny_lengths(rng, 3000), n, np.int32)
+    x = spread_values(rng, n)
     k = coiter.compile(SPMV, formats={"A": "csr"})
     _same_bits(k(A=a, x=x).to_numpy(), row_sums_in_order(a, x))
 
@@ -126,7 +113,7 @@ def test_other_row_bodies_keep_the_loop() -> None:
     the result (``+=`` of a second statement's loop) and a DCSR matrix (whose rows' results
     are scattered) keep their loops; their values match SciPy."""
     rng = np.random.default_rng(5)
-    a = _csr(rng, [1, 2, 0, 1, 1, 3, 1, 0, 1, 2], 6, np.int32)
+    a = csr_with_lengths(rng, [1, 2, 0, 1, 1, 3, 1, 0, 1, 2], 6, np.int32)
     x = rng.standard_normal(6)
     k32 = coiter.compile(SPMV, formats={"A": "csr"})
     a32, x32 = a.astype(np.float32), x.astype(np.float32)
