@@ -52,18 +52,46 @@ def test_parallel_results_match_scipy() -> None:
                                a @ b, rtol=1e-12, atol=1e-12)
 
 
-def test_parallel_loop_bodies_move_into_restrict_helpers() -> None:
-    """GCC's outlining of an OpenMP loop drops restrict (SpMM in a region ran 4.6x slower):
-    the body goes into a static inline helper with restrict pointers; results unchanged."""
+def test_parallel_loops_run_by_chunks_of_one_out_of_line_function() -> None:
+    """GCC's outlining of an OpenMP loop drops restrict (SpMM in a region ran 4.6x slower),
+    and a loop inlined into both the region and its serial copy compiles twice: the loop's
+    iterations go into one out-of-line function with restrict pointers, which the region
+    calls on chunks of rows and the serial copy on all of them; results unchanged."""
     a = sp.random(3000, 2000, density=0.01, random_state=3, format="csr")
     b = np.random.default_rng(3).standard_normal((2000, 16))
     k = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"})
     for threads in (1, 2):
         np.testing.assert_allclose(k(A=a, B=b, threads=threads).to_numpy(), a @ b, rtol=1e-12, atol=1e-12)
     source = k.core.variants()[-1].source
+    chunk = source.split("static COITER_OUT_OF_LINE void coiter_fused_chunk0(", 1)[1].split("\n}\n", 1)[0]
+    params, body = chunk.split(") {", 1)
+    assert "int64_t coiter_lo," in params and "double* restrict C_vals" in params
+    assert "for (int64_t i = coiter_lo; i < coiter_hi; i++)" in body
+    kernel = source.split("int coiter_fused(", 1)[1].split("\n}\n", 1)[0]
+    # the region's loop runs over chunks (OpenMP hands out one at a time), the serial copy
+    # calls the same function on every row, and the kernel holds no other loop
+    assert "#pragma omp for schedule(dynamic, 1) nowait" in kernel
+    assert "coiter_fused_chunk0(i_lo, COITER_MIN(i_lo + coiter_chunk, " in kernel
+    assert "coiter_fused_chunk0(0, " in kernel
+    assert kernel.count("for (") == kernel.count("#pragma omp for")
+    assert "coiter_fused_serial" not in source and "coiter_fused_body" not in source
+
+
+def test_statically_scheduled_loops_move_their_body_into_restrict_helpers() -> None:
+    """A static schedule hands each thread its rows at once, not in chunks: its loop keeps
+    OpenMP's loop, whose body calls a static inline helper with restrict pointers, and its
+    serial copy goes out of line; results unchanged."""
+    a = sp.random(3000, 2000, density=0.01, random_state=3, format="csr")
+    b = np.random.default_rng(3).standard_normal((2000, 16))
+    k = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"},
+                       schedule="parallelize(i,CPUThread,NoRaces,static)")
+    for threads in (1, 2):
+        np.testing.assert_allclose(k(A=a, B=b, threads=threads).to_numpy(), a @ b, rtol=1e-12, atol=1e-12)
+    source = k.core.variants()[-1].source
     helper = source.split("static inline void coiter_fused_body0(", 1)[1].split(") {", 1)[0]
     assert "double* restrict C_vals" in helper and "int64_t i," in helper
-    assert "coiter_fused_body0(i, " in source
+    assert "coiter_fused_body0(i, " in source and "coiter_fused_chunk" not in source
+    assert "static COITER_OUT_OF_LINE void coiter_fused_serial0(" in source
 
 
 @pytest.mark.parametrize("expr,formats,operands,reference", [
@@ -74,7 +102,8 @@ def test_parallel_loop_bodies_move_into_restrict_helpers() -> None:
 def test_serial_copies_of_parallel_loops_run_out_of_line(expr, formats, operands, reference) -> None:
     """Beside a parallel region GCC drops restrict in the whole function (the pointers escape
     into the region's struct): CSR SpMM's 1-thread loop ran 2.4x slower there. The serial
-    copy is a function of its own, never inlined; results unchanged at 1 and 2 threads."""
+    copy's loops run in functions of their own, never inlined nor cloned (chunk functions,
+    or a serial function); results unchanged at 1 and 2 threads."""
     rng = np.random.default_rng(5)
     a = sp.random(3000, 2000, density=0.01, random_state=5, format="csr")
     if formats["A"] == "csc":
@@ -85,11 +114,12 @@ def test_serial_copies_of_parallel_loops_run_out_of_line(expr, formats, operands
         got = k(threads=threads, **{operands[0]: a, operands[1]: dense}).to_numpy()
         np.testing.assert_allclose(got, reference(a, dense), rtol=1e-12, atol=1e-12)
     source = k.core.variants()[-1].source
-    serial = source.split("static __attribute__((noinline)) void coiter_fused_serial0(", 1)[1]
-    assert "_vals) {" in serial and "restrict" in serial.split(") {", 1)[0]
+    assert "#define COITER_OUT_OF_LINE __attribute__((noinline, noclone))" in source
+    outlined = source.split("static COITER_OUT_OF_LINE void coiter_fused_")[1:]
+    assert outlined and all("restrict" in f.split(") {", 1)[0] for f in outlined)
     kernel = source.split("int coiter_fused(", 1)[1].split("\n}\n", 1)[0]
     # the kernel's only loops are the parallel ones
-    assert "coiter_fused_serial0(" in kernel and kernel.count("for (") == kernel.count("#pragma omp for")
+    assert kernel.count("for (") == kernel.count("#pragma omp for")
 
 
 def test_parallel_loops_writing_outer_scalars_keep_their_body() -> None:

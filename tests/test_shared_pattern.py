@@ -201,7 +201,8 @@ def test_loops_over_unused_coordinates_collapse(expr, formats, shapes, ref, coll
     kernel = k.source.split("\nint coiter_fused(")[1]  # after any parallel-body helpers
     loops = [line.strip() for line in kernel.splitlines() if line.strip().startswith("for (int64_t p")]
     assert loops, k.source
-    if collapsed:
-        assert loops[0].startswith(f"for (int64_t {collapsed} = "), loops[0]
+    if collapsed:  # the loop itself, or its parallel loop over chunks (codegen/outline.py)
+        assert loops[0].startswith((f"for (int64_t {collapsed} = ", f"for (int64_t {collapsed}_chunk = ")), \
+            loops[0]
     else:  # a collapsed loop starts at the children of the children: B2_pos[B1_pos[0]]
         assert not any("_pos[B" in line.split(";")[0] for line in loops), loops

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 import coiter
-from coiter.lower.tiny_runs import TINY_AVERAGE
+from coiter.lower.tiny_runs import TINY_AVERAGE, UNCHUNKED_ROWS
 from helpers import (
     CFLAGS, cflags, csr_with_lengths, generated_functions, row_sums_in_order, spread_values,
 )
@@ -74,6 +74,22 @@ def test_every_row_of_a_parallel_loop_is_written() -> None:
     for threads in (1, 2):
         _same_bits(k(A=a, x=x, threads=threads).to_numpy(), row_sums_in_order(a, x))
     assert _takes_helper(k, "i32")
+
+
+@pytest.mark.parametrize("chunking,rows", [("static", UNCHUNKED_ROWS), ("dynamic,3", 8)])
+def test_scheduled_parallel_loops_call_the_helper_per_chunk(chunking: str, rows: int) -> None:
+    """A parallel row loop calls the helper once per chunk of rows: its schedule's chunk size
+    rounded up to whole groups of eight, or UNCHUNKED_ROWS where it names none; every row
+    is written once with its own sum, with tails, at 1 and 2 threads."""
+    rng = np.random.default_rng(9)
+    a = csr_with_lengths(rng, _tiny_lengths(rng, 5005), 3000, np.int32)
+    x = spread_values(rng, 3000)
+    k = coiter.compile(SPMV, formats={"A": "csr"},
+                       schedule=f"parallelize(i,CPUThread,NoRaces,{chunking})")
+    for threads in (1, 2):
+        _same_bits(k(A=a, x=x, threads=threads).to_numpy(), row_sums_in_order(a, x))
+    assert _takes_helper(k, "i32")
+    assert f"i_chunk * {rows}, COITER_MIN(i_chunk * {rows} + {rows}, y1_dimension)" in k.source
 
 
 def test_ttv_fibers() -> None:

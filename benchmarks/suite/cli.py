@@ -10,6 +10,7 @@ import argparse
 import datetime
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,20 +80,31 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
+COLD_RUNS = 3  # processes, each with an empty kernel cache: cold compile is their median
+
+
 def _compile_probes(kernels: list[str]) -> dict[str, Any]:
-    """Cold compile (empty kernel cache) and first-call latency (new process, kernels on
-    disk) of each kernel, each in its own process."""
+    """Cold compile (empty kernel cache; the median of COLD_RUNS processes, each with a cache
+    of its own: one compile on a shared machine varies by a third) and first-call latency
+    (new process, kernels on disk) of each kernel."""
     cmd = [sys.executable, "-m", "benchmarks.suite.compile_probe", *kernels]
-    with tempfile.TemporaryDirectory(prefix="coiter-cold-cache-") as cache:
-        env = thread_env(1) | {"COITER_CACHE_DIR": cache}
-        out = {}
-        for label in ("cold", "warm"):
+    colds = []
+    with tempfile.TemporaryDirectory(prefix="coiter-cold-cache-") as root:
+        for n in range(COLD_RUNS + 1):
+            cache = Path(root) / str(min(n, COLD_RUNS - 1))  # the warm run reuses the last cache
+            env = thread_env(1) | {"COITER_CACHE_DIR": str(cache)}
             proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
             if proc.returncode != 0:
                 return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else
                         f"exit status {proc.returncode}"}
-            out[label] = json.loads(proc.stdout)
-    return out
+            colds.append(json.loads(proc.stdout))
+    *colds, warm = colds
+    cold = {"import_s": statistics.median(c["import_s"] for c in colds), "runs": len(colds),
+            "kernels": {k: {field: statistics.median(c["kernels"][k][field] for c in colds)
+                            for field in ("compile_s", "first_call_s", "total_s")}
+                        | {"runs_total_s": [c["kernels"][k]["total_s"] for c in colds]}
+                        for k in kernels}}
+    return {"cold": cold, "warm": warm}
 
 
 def _worker(settings: Settings, settings_path: Path, threads: int) -> dict[str, Any]:

@@ -177,7 +177,8 @@ def _compile_md(results: dict[str, Any]) -> str:
     cold, warm = comp["cold"], comp["warm"]
     rows = [[KERNELS[k].title, f"{c['total_s'] * 1e3:.0f}", f"{warm['kernels'][k]['total_s'] * 1e3:.1f}"]
             for k, c in cold["kernels"].items()]
-    return (f"Each in a new process on a tiny input; `import coiter` took "
+    return (f"Each in a new process on a tiny input, cold compile the median of "
+            f"{cold.get('runs', 1)} processes with empty caches; `import coiter` took "
             f"{cold['import_s'] * 1e3:.0f} ms (cold) / {warm['import_s'] * 1e3:.0f} ms (warm).\n\n"
             + markdown_table(["kernel", "cold compile ms (empty cache: compile + first call)",
                               "first call ms (new process, kernel on disk)"], rows))

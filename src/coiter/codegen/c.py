@@ -27,6 +27,13 @@ HEAD = """\
 #include <complex.h>
 #include <math.h>
 #include <sys/mman.h>
+/* a function the C compiler neither inlines nor clones for constant arguments, so that
+   its loops are compiled once (codegen/outline.py) */
+#if defined(__GNUC__) && !defined(__clang__)
+#define COITER_OUT_OF_LINE __attribute__((noinline, noclone))
+#else
+#define COITER_OUT_OF_LINE __attribute__((noinline))
+#endif
 #define COITER_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define COITER_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define COITER_INDEX_MAX {index_max}
@@ -216,7 +223,8 @@ COITER_RUN_DOT(i64, int64_t)
    exit each. Where the eight rows hold at most 16 positions, their values and coordinates
    are loaded once (masked: nothing past them is read) and each step picks its lanes' by a
    permute, so that only c is gathered; otherwise each step gathers all three, and a row
-   longer than COITER_ROW_LANE_STEPS goes on in a loop */
+   longer than COITER_ROW_LANE_STEPS goes on in a loop. Out of line: a parallel loop calls
+   it on chunks of rows, its serial copy on all rows, and one copy compiles */
 #define COITER_ROW_LANE_STEPS 8
 #define COITER_ROWS_TAIL(r, s0) \\
   for (int64_t q = (r); q < (s0); q++) {{ \\
@@ -236,9 +244,9 @@ COITER_RUN_DOT(i64, int64_t)
 #define COITER_WIDE_I64(o) (o)
 #define COITER_ROWS_DOT(suffix, index_t, vec_t, load, sub, add, set1, cmpgt, gather_k, gather_pd, \\
                         window, pick, wide) \\
-static inline void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
-                                            const index_t* restrict k, const double* restrict v, \\
-                                            const double* restrict c, int64_t s, int64_t e) {{ \\
+static COITER_OUT_OF_LINE void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
+                                                        const index_t* restrict k, const double* restrict v, \\
+                                                        const double* restrict c, int64_t s, int64_t e) {{ \\
   int64_t r = s; \\
   for (; r + 8 <= e; r += 8) {{ \\
     vec_t lo = load((const void*)(pos + r)), n = sub(load((const void*)(pos + r + 1)), lo); \\
@@ -285,9 +293,9 @@ COITER_ROWS_DOT(i64, int64_t, __m512i, _mm512_loadu_si512, _mm512_sub_epi64, _mm
                 _mm512_mask_i64gather_pd, COITER_WINDOW_I64, COITER_PICK_I64, COITER_WIDE_I64)
 #else
 #define COITER_ROWS_DOT(suffix, index_t) \\
-static inline void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
-                                            const index_t* restrict k, const double* restrict v, \\
-                                            const double* restrict c, int64_t s, int64_t e) {{ \\
+static COITER_OUT_OF_LINE void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
+                                                        const index_t* restrict k, const double* restrict v, \\
+                                                        const double* restrict c, int64_t s, int64_t e) {{ \\
   COITER_ROWS_TAIL(s, e) \\
 }}
 COITER_ROWS_DOT(i32, int32_t)
@@ -878,22 +886,27 @@ def _clauses(text: str) -> list[str]:
 def _scalar_sum(s: For) -> bool:
     """Whether ``s`` is an innermost loop over a run of positions (it declares its variable,
     as an OpenMP loop must, from a value that is not a constant) that adds, subtracts or
-    multiplies into a scalar."""
+    multiplies into a scalar declared outside it (not one its iterations each start afresh,
+    as a chunk function's loop over rows does: codegen/outline.py)."""
     if s.start is None or isinstance(s.start, Const):
         return False
     stack: list[IRStmt] = list(s.body.stmts)
-    found = False
+    summed: set[str] = set()
+    local: set[str] = set()
     while stack:
         t = stack.pop()
         if isinstance(t, (For, While)):
             return False
         if isinstance(t, Assign) and isinstance(t.target, Var) and t.op in ("+=", "-=", "*="):
-            found = found or not (isinstance(t.value, Const) and t.value.value == 1)
+            if not (isinstance(t.value, Const) and t.value.value == 1):
+                summed.add(t.target.name)
+        elif isinstance(t, Decl):
+            local.add(t.name)
         elif isinstance(t, Block):
             stack.extend(t.stmts)
         elif isinstance(t, If):
             stack.extend(x for x in (t.then, t.otherwise) if x is not None)
-    return found
+    return bool(summed - local)
 
 
 @stmt.register
