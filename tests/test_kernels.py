@@ -171,6 +171,21 @@ def test_dense_inner_loops_stay_vectorizable() -> None:
     assert "for (int64_t k = 0;" in src
 
 
+def test_only_sums_into_outer_scalars_stay_scalar() -> None:
+    """COITER_SCALAR_SUM keeps a loop's sum into a scalar declared outside it in order; a
+    loop whose iterations each start their own scalar (a chunk function's rows, starting at
+    coiter_lo) may still be vectorised across iterations."""
+    from coiter.codegen.c import _scalar_sum
+    from coiter.ir.nodes import Assign, Block, Decl, For, Load, Var
+
+    add = Assign(Var("t"), Load("v", Var("p")), "+=")
+    inner = For("p", "int64_t", Load("pos", Var("i")), Var("n"), Block((add,)))
+    assert _scalar_sum(inner)
+    rows = For("i", "int64_t", Var("coiter_lo"), Var("coiter_hi"),
+               Block((Decl("double", "t", Load("v", Var("i"))), add)))
+    assert not _scalar_sum(rows)
+
+
 def test_generated_union_code_shape() -> None:
     k = coiter.compile("a(i) = b(i) + c(i)", formats={"b": "s", "c": "s"})
     body = k.source.split("coiter_fused")[1]

@@ -40,9 +40,11 @@ _MACRO_PARAMS = {"COITER_THREADS": ("coiter_nthreads", "coiter_work")}
 
 
 def outline_parallel_bodies(fn: Function) -> tuple[list[Function], Function]:
-    """The helper functions and ``fn`` with each parallel loop's body calling its helper,
-    and each parallel loop's serial copy calling one. Loops whose body assigns a variable
-    declared outside it (a scalar reduction) or jumps keep their body."""
+    """The helper functions and ``fn`` with each parallel loop running by chunks of its
+    chunk function (which its serial copy calls on the whole range) where its schedule is
+    dynamic, else with its body calling its helper and its serial copy calling one. Loops
+    whose body assigns a variable declared outside it (a scalar reduction) or jumps keep
+    their body."""
     params = {p.name: p for p in fn.params}
     local_arrays: set[str] = set()  # declared with their size: no parameter passes them
     for s in walk_regions(fn.body):  # variables a loop body may use: declared, or enclosing loops'
@@ -160,8 +162,8 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 
 def _calls_only(s: IRStmt, functions: set[str]) -> bool:
-    """Whether ``s`` only calls ``functions``, under conditions (nothing else to keep away
-    from the parallel region)."""
+    """Whether ``s`` is nothing but calls of ``functions``, under if statements: no code
+    that would have to be kept away from the parallel region."""
     if isinstance(s, Block):
         return all(_calls_only(x, functions) for x in s.stmts)
     if isinstance(s, If):
