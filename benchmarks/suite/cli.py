@@ -88,7 +88,7 @@ def _compile_probes(kernels: list[str]) -> dict[str, Any]:
     of its own: one compile on a shared machine varies by a third) and first-call latency
     (new process, kernels on disk) of each kernel."""
     cmd = [sys.executable, "-m", "benchmarks.suite.compile_probe", *kernels]
-    colds = []
+    probes = []
     with tempfile.TemporaryDirectory(prefix="coiter-cold-cache-") as root:
         for n in range(COLD_RUNS + 1):
             cache = Path(root) / str(min(n, COLD_RUNS - 1))  # the warm run reuses the last cache
@@ -97,8 +97,8 @@ def _compile_probes(kernels: list[str]) -> dict[str, Any]:
             if proc.returncode != 0:
                 return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else
                         f"exit status {proc.returncode}"}
-            colds.append(json.loads(proc.stdout))
-    *colds, warm = colds
+            probes.append(json.loads(proc.stdout))
+    *colds, warm = probes
     cold = {"import_s": statistics.median(c["import_s"] for c in colds), "runs": len(colds),
             "kernels": {k: {field: statistics.median(c["kernels"][k][field] for c in colds)
                             for field in ("compile_s", "first_call_s", "total_s")}

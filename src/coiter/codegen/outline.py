@@ -27,8 +27,8 @@ import re
 from dataclasses import replace
 
 from ..ir.nodes import (
-    THREADS_BRANCH, Bin, Block, Call, Const, Decl, ExprStmt, For, Function, Goto, If, IRExpr,
-    IRStmt, Label, Min, Param, Pragma, Region, Return, Var, While, add, mul,
+    THREADS_BRANCH, Block, Call, Const, Decl, ExprStmt, For, Function, Goto, If, IRExpr, IRStmt,
+    Label, Min, Param, Pragma, Region, Return, Var, While, add, ceil_div, fresh, mul, sub,
 )
 from ..ir.visit import assigned, declared, exprs, subexprs, used, walk_regions
 
@@ -140,25 +140,16 @@ def _by_chunks(fn: Function, loop: For, params: dict[str, Param], local_arrays: 
                           Block((replace(serial, start=Var(_LO), end=Var(_HI)),)), returns=OUT_OF_LINE)
         chunks.append((serial, helper))
     taken = used(loop) | {p.name for p in helper.params}
-    chunk, lo = _fresh(f"{loop.var}_chunk", taken), _fresh(f"{loop.var}_lo", taken)
-    span = loop.end if loop.start == Const(0) else Bin("-", loop.end, loop.start)
-    less = Const(size.value - 1) if isinstance(size, Const) else Bin("-", size, Const(1))
+    chunk, lo = fresh(f"{loop.var}_chunk", taken), fresh(f"{loop.var}_lo", taken)
     call = Call(helper.name, (Var(lo), Min((add(Var(lo), size), loop.end)),
                               *(Var(p.name) for p in helper.params[2:])))
     body = Block((Decl("int64_t", lo, add(loop.start, mul(Var(chunk), size))), ExprStmt(call)))
-    return For(chunk, "int64_t", Const(0), Bin("/", add(span, less), size), body,
+    return For(chunk, "int64_t", Const(0), ceil_div(sub(loop.end, loop.start), size), body,
                f"omp parallel for schedule(dynamic, 1) {match[2]}")
 
 
 def _word(text: str) -> IRExpr:
     return Const(int(text)) if text.isdigit() else Var(text)
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
 
 
 def _calls_only(s: IRStmt, functions: set[str]) -> bool:
@@ -217,9 +208,9 @@ def _macro_names(s: IRStmt) -> set[str]:
     out: set[str] = set()
     for x in walk_regions(s):
         for e in exprs(x):
-            for sub in subexprs(e):
-                if isinstance(sub, Call):
-                    out.update(_MACRO_PARAMS.get(sub.fn, ()))
+            for inner in subexprs(e):
+                if isinstance(inner, Call):
+                    out.update(_MACRO_PARAMS.get(inner.fn, ()))
     return out
 
 

@@ -241,6 +241,26 @@ def mul(a: IRExpr, b: IRExpr) -> IRExpr:
     return Bin("*", a, b)
 
 
+def sub(a: IRExpr, b: IRExpr) -> IRExpr:
+    """``a - b``, or ``a`` where ``b`` is zero."""
+    return a if b == Const(0) else Bin("-", a, b)
+
+
+def ceil_div(a: IRExpr, b: IRExpr) -> IRExpr:
+    """``a / b`` rounded up, for a positive ``b``: ``(a + b - 1) / b`` (``a`` where ``b`` is 1)."""
+    if isinstance(b, Const):
+        return a if b.value == 1 else Bin("/", add(a, Const(b.value - 1)), b)
+    return Bin("/", add(a, sub(b, Const(1))), b)
+
+
+def fresh(name: str, taken: set[str]) -> str:
+    """``name``, with underscores added until ``taken`` does not hold it; added to ``taken``."""
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
 def eq(a: IRExpr, b: IRExpr) -> IRExpr:
     return Bin("==", a, b)
 

@@ -28,7 +28,7 @@ from ..errors import ScheduleError
 from ..formats.levels.base import ParentPos
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Break, Call, Const, Decl, If, IRExpr, IRStmt, Load, Min, Var, While,
-    add, block, conj, lt, mul,
+    add, block, ceil_div, conj, lt, mul, sub,
 )
 from ..notation.ast import Access, IndexVar, rename_index
 
@@ -42,16 +42,6 @@ def _renamed(s: Stmt, old: IndexVar, new: IndexVar) -> Stmt:
     if isinstance(s, Where):
         return Where(_renamed(s.consumer, old, new), _renamed(s.producer, old, new))
     raise ScheduleError(f"a precomputed loop over {old} holds {type(s).__name__}")
-
-
-def _sub(a: IRExpr, b: IRExpr) -> IRExpr:
-    return a if b == Const(0) else Bin("-", a, b)
-
-
-def ceil_div(a: IRExpr, b: IRExpr) -> IRExpr:
-    if isinstance(b, Const):
-        return a if b.value == 1 else Bin("/", add(a, Const(b.value - 1)), b)
-    return Bin("/", add(a, _sub(b, Const(1))), b)
 
 
 def cut_by_coordinate(level, names) -> bool:
@@ -72,7 +62,7 @@ class DerivedLoops:
             return self._span(v)
         if isinstance(rel, (Split, Divide)):
             lo, hi = self.range_of(rel.parent, scope)
-            length = _sub(hi, lo)
+            length = sub(hi, lo)
             if isinstance(rel, Split):
                 return (Const(0), ceil_div(length, Const(rel.block)) if v == rel.outer else Const(rel.block))
             return (Const(0), Const(rel.parts) if v == rel.outer else ceil_div(length, Const(rel.parts)))
@@ -80,7 +70,7 @@ class DerivedLoops:
             return (Const(0), Const(rel.value)) if rel.kind == "MaxExact" else self.range_of(rel.var, scope)
         if isinstance(rel, Fuse):
             (lo_o, hi_o), (lo_i, hi_i) = self.range_of(rel.outer, scope), self.range_of(rel.inner, scope)
-            return Const(0), mul(_sub(hi_o, lo_o), _sub(hi_i, lo_i))
+            return Const(0), mul(sub(hi_o, lo_o), sub(hi_i, lo_i))
         if isinstance(rel, Pos):
             return self._pos_range(rel, scope)
         raise TypeError(type(rel).__name__)
@@ -95,13 +85,13 @@ class DerivedLoops:
         except (KeyError, ScheduleError):
             raise ScheduleError(f"the extent of {v} depends on the loops around it; it cannot "
                                 "size a workspace or be checked against a bound") from None
-        return _sub(hi, lo)
+        return sub(hi, lo)
 
     def _block_size(self, rel, scope) -> IRExpr:
         if isinstance(rel, Split):
             return Const(rel.block)
         lo, hi = self.range_of(rel.parent, scope)
-        return ceil_div(_sub(hi, lo), Const(rel.parts))
+        return ceil_div(sub(hi, lo), Const(rel.parts))
 
     def _pos_levels(self, rel: Pos) -> list[int]:
         fmt = self.fmt(rel.access.tensor)
@@ -210,7 +200,7 @@ class DerivedLoops:
         if cut:
             plo, phi = self.range_of(rel.parent, scope)
             start = mul(scope.coords[rel.outer], self._block_size(rel, scope))
-            hi = Min((hi, _sub(_sub(phi, plo), start)))
+            hi = Min((hi, sub(sub(phi, plo), start)))
         outer_guards, self.guards = self.guards, []
         inner, stmts = self._recover_up(v, inner, before, scope.with_coord(v, lo), tagged or cut)
         guards, self.guards = self.guards, outer_guards
@@ -284,7 +274,7 @@ class DerivedLoops:
         """Coordinates of a fused variable: ``outer = f / |inner|``, ``inner = f % |inner|``,
         and so on down a fused variable fused again (``fuse(i,j,f),fuse(f,k,g)``)."""
         (lo_o, _), (lo_i, hi_i) = self.range_of(rel.outer, scope), self.range_of(rel.inner, scope)
-        n = _sub(hi_i, lo_i)
+        n = sub(hi_i, lo_i)
         f = scope.coords[v]
         for u, value in ((rel.outer, add(lo_o, Bin("/", f, n))), (rel.inner, add(lo_i, Bin("%", f, n)))):
             below = self.prov.defining(u)
@@ -332,7 +322,7 @@ class DerivedLoops:
             if level.has_pos_iter:
                 coords[k] = level.pos_access(names, positions[k], self._ancestors(scope, a, k))
             else:  # dense top level: position minus the parent's offset
-                coords[k] = _sub(positions[k], mul(parent.lo, level.dimension(names)))
+                coords[k] = sub(positions[k], mul(parent.lo, level.dimension(names)))
             u = self.level_var(a, k)
             out.append(Decl("int64_t", self.var(u), coords[k]))
             scope = scope.with_coord(u, Var(self.var(u)))
@@ -348,11 +338,11 @@ class DerivedLoops:
         top, mid = self._unique(f"{q}_hi"), self._unique(f"{q}_mid")
         return [
             Decl("int64_t", q, lo),
-            Decl("int64_t", top, _sub(hi, Const(1))),
+            Decl("int64_t", top, sub(hi, Const(1))),
             While(lt(Var(q), Var(top)), block(
-                Decl("int64_t", mid, add(Var(q), Bin("/", add(_sub(Var(top), Var(q)), Const(1)), Const(2)))),
+                Decl("int64_t", mid, add(Var(q), Bin("/", add(sub(Var(top), Var(q)), Const(1)), Const(2)))),
                 If(Bin("<=", start(Var(mid)), target), block(IRAssign(Var(q), Var(mid))),
-                   block(IRAssign(Var(top), _sub(Var(mid), Const(1))))),
+                   block(IRAssign(Var(top), sub(Var(mid), Const(1))))),
             )),
         ]
 
@@ -364,7 +354,7 @@ class DerivedLoops:
             Decl("int64_t", name, lo),
             Decl("int64_t", top, hi),
             While(lt(Var(name), Var(top)), block(
-                Decl("int64_t", mid, add(Var(name), Bin("/", _sub(Var(top), Var(name)), Const(2)))),
+                Decl("int64_t", mid, add(Var(name), Bin("/", sub(Var(top), Var(name)), Const(2)))),
                 If(lt(level.pos_access(names, Var(mid), ancestors), coord),
                    block(IRAssign(Var(name), add(Var(mid), Const(1)))),
                    block(IRAssign(Var(top), Var(mid)))),

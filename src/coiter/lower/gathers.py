@@ -31,7 +31,7 @@ from dataclasses import replace
 
 from ..ir.nodes import (
     Assign, Bin, Block, Call, Const, Decl, ExprStmt, For, If, IRExpr, IRStmt, Label, Load, Un, Var,
-    While, add, block,
+    While, add, block, fresh,
 )
 from ..ir.rewrite import map_loops
 from ..ir.visit import declared, exprs, subexprs, used, walk, walk_regions
@@ -123,9 +123,6 @@ class _Fetcher:
 
     def _flag(self, array: str) -> str:
         if array not in self.flags:
-            name = f"{array.removesuffix('_vals')}_far"
-            while name in self.taken:
-                name += "_"
-            self.taken.add(name)
+            name = fresh(f"{array.removesuffix('_vals')}_far", self.taken)
             self.flags[array] = (name, Bin(">=", self.dense_bytes[array], Call(FAR_BYTES, ())))
         return self.flags[array][0]

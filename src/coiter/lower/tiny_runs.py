@@ -38,7 +38,7 @@ from typing import TypeGuard
 
 from ..ir.nodes import (
     Assign, Bin, Block, Call, Comment, Const, Decl, ExprStmt, For, IRExpr, IRStmt, Load, Min, Var,
-    add, conj, mul,
+    add, ceil_div, conj, fresh, mul, sub,
 )
 from ..ir.visit import exprs, subexprs, used, walk
 from .gathers import FAR_BYTES
@@ -88,15 +88,11 @@ class TinyRunRows:
             rows = Const(-(-int(match[2]) // GROUP) * GROUP) if match[2].isdigit() else \
                 mul(Bin("/", add(Var(match[2]), Const(GROUP - 1)), Const(GROUP)), Const(GROUP))
             pragma = _CHUNK.sub(r"schedule(\1, 1)", f.pragma)
-        chunk = f"{f.var}_chunk"
-        while chunk in used(f):
-            chunk += "_"
+        chunk = fresh(f"{f.var}_chunk", used(f))
         first = add(f.start, mul(Var(chunk), rows))
-        span = f.end if f.start == Const(0) else Bin("-", f.end, f.start)
-        less = Const(rows.value - 1) if isinstance(rows, Const) else Bin("-", rows, Const(1))
-        count = Bin("/", add(span, less), rows)
         call = Call(helper, (*arrays, first, Min((add(first, rows), f.end))))
-        return For(chunk, f.ctype, Const(0), count, Block((ExprStmt(call),)), pragma)
+        return For(chunk, f.ctype, Const(0), ceil_div(sub(f.end, f.start), rows),
+                   Block((ExprStmt(call),)), pragma)
 
     def near(self, s: IRStmt) -> IRExpr:
         """That every vector the helper calls in ``s`` gather is below coiter_far_bytes()."""
