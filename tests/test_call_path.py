@@ -213,8 +213,8 @@ int max_threads(void) {
 
 
 def test_a_late_team_sends_the_next_calls_to_one_thread() -> None:
-    """The prelude's backoff: after a region whose thread 0 waited longer than it worked
-    (a worker waited for a busy core), the calls that let the kernel choose its thread
+    """The prelude's backoff: after a region whose thread 0 waited, at the region's start or
+    end, longer than it worked (a worker waited for a busy core), the calls that let the kernel choose its thread
     count (0) run on one thread for 50 ms, twice as long when it recurs at once; a requested
     count is kept; a region that did not wait resets the period. (Clock readings around each
     step bound the expected times, so a test process descheduled meanwhile still checks
@@ -222,7 +222,9 @@ def test_a_late_team_sends_the_next_calls_to_one_thread() -> None:
     source = preamble("INT32_MAX") + """
 int64_t call_threads(int64_t n) { return coiter_call_threads(n); }
 int64_t now_ns(void) { return coiter_clock(); }
-void team_done(int64_t start, int64_t first_done) { coiter_team_done(start, first_done); }
+void team_done(int64_t start, int64_t entered, int64_t first_done) {
+  coiter_team_done(start, entered, first_done);
+}
 int64_t serial_until(void) {
 #ifdef _OPENMP
   return coiter_serial_until;
@@ -233,7 +235,7 @@ int64_t serial_until(void) {
 """
     lib = load_library(source)
     lib.call_threads.argtypes = [ctypes.c_int64]
-    lib.team_done.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    lib.team_done.argtypes = [ctypes.c_int64] * 3
     lib.call_threads.restype = lib.now_ns.restype = lib.serial_until.restype = ctypes.c_int64
     if lib.now_ns() == 0:  # built without OpenMP: no clock, every count passes through
         assert [lib.call_threads(n) for n in (0, 1, 2)] == [0, 1, 2] and lib.serial_until() == 0
@@ -243,11 +245,11 @@ int64_t serial_until(void) {
     def late_team() -> tuple[int, int]:
         """A region that worked 1 ms and then waited 5: the clock before and after."""
         before = lib.now_ns()
-        lib.team_done(before - 6 * ms, before - 5 * ms)
+        lib.team_done(before - 6 * ms, before - 6 * ms, before - 5 * ms)
         return before, lib.now_ns()
 
     now = lib.now_ns()
-    lib.team_done(now - 11 * ms, now - ms)  # worked 10 ms, waited 1: on time
+    lib.team_done(now - 12 * ms, now - 11 * ms, now - ms)  # waited 1 + 1 ms, worked 10: on time
     assert lib.serial_until() == 0 and lib.call_threads(0) == 0
     before, after = late_team()
     assert before + 50 * ms <= lib.serial_until() <= after + 50 * ms
@@ -257,11 +259,18 @@ int64_t serial_until(void) {
     before, after = late_team()  # again at once: the period doubles
     assert before + 100 * ms <= lib.serial_until() <= after + 100 * ms
     now = lib.now_ns()
-    lib.team_done(now - 11 * ms, now - ms)  # a team on time resets it to 50 ms ...
+    lib.team_done(now - 11 * ms, now - 11 * ms, now - ms)  # a team on time resets it to 50 ms ...
     before, after = late_team()
     assert before + 50 * ms <= lib.serial_until() <= after + 50 * ms
     time.sleep(0.06)  # ... after which calls choose their threads again
     assert lib.call_threads(0) == 0
+    # a team whose thread 0 entered the region 5 ms after the fork (a worker of the last
+    # region not yet docked) and then worked 1 ms, on time at the end, came late too
+    now = lib.now_ns()
+    lib.team_done(now - 11 * ms, now - 11 * ms, now - ms)  # (the period back to 50 ms)
+    before = lib.now_ns()
+    lib.team_done(before - 6 * ms, before - ms, before)
+    assert before + 50 * ms <= lib.serial_until() <= lib.now_ns() + 50 * ms
 
 
 def test_default_threads_on_a_busy_machine_give_scipys_values() -> None:

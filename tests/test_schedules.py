@@ -175,17 +175,19 @@ def _threads_or_serial(parallel_loop: str, call: str, serial_call: str) -> str:
     lines = parallel_loop.splitlines(keepends=True)
     assert lines[0] == "  #pragma omp parallel for schedule(dynamic, 1) num_threads(COITER_THREADS())\n"
     head = lines[1]
-    # the C back end splits the directive: a region noting when thread 0 ran out of work
-    # (coiter_team_done) around the loop's own directive
+    # the C back end splits the directive: a region noting when thread 0 entered it and ran
+    # out of work (coiter_team_done) around the loop's own directive
     parallel = ("    {\n"
-                "      int64_t coiter_team_start = coiter_clock(), coiter_team_first_done = 0;\n"
+                "      int64_t coiter_team_start = coiter_clock(), coiter_team_entered = 0, "
+                "coiter_team_first_done = 0;\n"
                 "      #pragma omp parallel num_threads(COITER_THREADS())\n"
                 "      {\n"
+                "        if (COITER_THREAD_NUM() == 0) coiter_team_entered = coiter_clock();\n"
                 "        #pragma omp for schedule(dynamic, 1) nowait\n"
                 f"      {head}          {call};\n        }}\n"
                 "        if (COITER_THREAD_NUM() == 0) coiter_team_first_done = coiter_clock();\n"
                 "      }\n"
-                "      coiter_team_done(coiter_team_start, coiter_team_first_done);\n"
+                "      coiter_team_done(coiter_team_start, coiter_team_entered, coiter_team_first_done);\n"
                 "    }\n")
     return (f"  coiter_nthreads = coiter_call_threads(coiter_nthreads);\n"
             f"  if (COITER_THREADS() > 1) {{\n{parallel}  }} else {{\n    {serial_call};\n  }}\n"

@@ -47,19 +47,21 @@ static inline int64_t coiter_clock(void) {{
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }}
 /* A team that came late. Where another process keeps a core busy, a woken worker may wait a
-   scheduler time slice (milliseconds) for a core, and the thread that forked it, having done
-   all the work of a dynamic schedule, waits at the region's end: CSR SpMV on bcsstk16
-   took 4 to 8 ms instead of 0.16 in one call of ten. After a region whose thread 0 waited
-   longer than it worked (and 50 us more), the calls of this kernel that choose their own
-   thread count run on one thread until coiter_serial_until (coiter_clock's nanoseconds):
-   for 50 ms, doubling as long as it recurs, up to 1.6 s, so that a machine that became
-   quiet is noticed soon, and a busy one costs one slow call per period */
+   scheduler time slice (milliseconds) for a core. Thread 0 then waits for it either at the
+   region's start (libgomp docks the workers of the last region before it starts the next, and
+   a worker released from that region's end barrier may not have run since) or at its end
+   (having done all the work of a dynamic schedule): CSR SpMV on bcsstk16 took 4 to 8 ms
+   instead of 0.16 in one call of ten. After a region whose thread 0 waited longer, at its
+   start and end together, than it worked (and 50 us more), the calls of this kernel that
+   choose their own thread count run on one thread until coiter_serial_until (coiter_clock's
+   nanoseconds): for 50 ms, doubling as long as it recurs, up to 1.6 s, so that a machine that
+   became quiet is noticed soon, and a busy one costs one slow call per period */
 #define COITER_SERIAL_MIN_NS ((int64_t)50000000)
 #define COITER_SERIAL_MAX_NS ((int64_t)1600000000)
 static int64_t coiter_serial_until, coiter_serial_for = COITER_SERIAL_MIN_NS;
-static inline void coiter_team_done(int64_t start, int64_t first_done) {{
+static inline void coiter_team_done(int64_t start, int64_t entered, int64_t first_done) {{
   int64_t now = coiter_clock(), span = __atomic_load_n(&coiter_serial_for, __ATOMIC_RELAXED);
-  if (now - first_done > first_done - start + 50000) {{
+  if ((entered - start) + (now - first_done) > first_done - entered + 50000) {{
     __atomic_store_n(&coiter_serial_until, now + span, __ATOMIC_RELAXED);
     __atomic_store_n(&coiter_serial_for, span < COITER_SERIAL_MAX_NS ? 2 * span : span, __ATOMIC_RELAXED);
   }} else if (span != COITER_SERIAL_MIN_NS) {{
@@ -85,7 +87,9 @@ static inline int coiter_threads(int64_t n, int64_t work) {{
 #else
 static inline int coiter_threads(int64_t n, int64_t work) {{ (void)n; (void)work; return 1; }}
 static inline int64_t coiter_clock(void) {{ return 0; }}
-static inline void coiter_team_done(int64_t start, int64_t first_done) {{ (void)start; (void)first_done; }}
+static inline void coiter_team_done(int64_t start, int64_t entered, int64_t first_done) {{
+  (void)start; (void)entered; (void)first_done;
+}}
 static inline int64_t coiter_call_threads(int64_t n) {{ return n; }}
 #define COITER_THREAD_NUM() 0
 #endif
@@ -850,9 +854,9 @@ _PARALLEL_FOR = "omp parallel for "
 def _team(s: For, ind: str) -> list[str]:
     """A parallel loop as a region (``omp parallel`` with the loop's thread count) around the
     loop (``omp for`` with its other clauses, ``nowait``: the region's end is the barrier its
-    reductions complete at). Under a dynamic schedule thread 0 notes when it ran out of
-    iterations, so that ``coiter_team_done`` sees a team that came late (the prelude
-    explains); a static schedule's threads may finish apart by design."""
+    reductions complete at). Under a dynamic schedule thread 0 notes when it entered the
+    region and when it ran out of iterations, so that ``coiter_team_done`` sees a team that
+    came late (the prelude explains); a static schedule's threads may finish apart by design."""
     clauses = _clauses(s.pragma[len(_PARALLEL_FOR):])
     team = [c for c in clauses if c.startswith("num_threads(")]
     loop = replace(s, pragma=" ".join(["omp for", *(c for c in clauses if c not in team), "nowait"]))
@@ -860,14 +864,17 @@ def _team(s: For, ind: str) -> list[str]:
     inner = ind + "    "
     if not any(c.startswith("schedule(dynamic") for c in clauses):
         return [f"{ind}{region}", f"{ind}{{", *stmt(loop, ind + "  "), f"{ind}}}"]
+    thread0 = f"{inner}if (COITER_THREAD_NUM() == 0) "
     return [f"{ind}{{",
-            f"{ind}  int64_t coiter_team_start = coiter_clock(), coiter_team_first_done = 0;",
+            f"{ind}  int64_t coiter_team_start = coiter_clock(), coiter_team_entered = 0, "
+            "coiter_team_first_done = 0;",
             f"{ind}  {region}",
             f"{ind}  {{",
+            f"{thread0}coiter_team_entered = coiter_clock();",
             *stmt(loop, inner),
-            f"{inner}if (COITER_THREAD_NUM() == 0) coiter_team_first_done = coiter_clock();",
+            f"{thread0}coiter_team_first_done = coiter_clock();",
             f"{ind}  }}",
-            f"{ind}  coiter_team_done(coiter_team_start, coiter_team_first_done);",
+            f"{ind}  coiter_team_done(coiter_team_start, coiter_team_entered, coiter_team_first_done);",
             f"{ind}}}"]
 
 
