@@ -14,8 +14,12 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from helpers import cflags
 
 _SCRATCH = tempfile.mkdtemp(prefix="coiter-tests-")
 atexit.register(shutil.rmtree, _SCRATCH, True)
@@ -34,3 +38,11 @@ settings.register_profile(
     "dev", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("COITER_TEST_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="module")
+def gather_helpers() -> Iterator[None]:
+    """Kernels built meanwhile take the short- and tiny-run helpers where they apply, on any
+    processor (``COITER_FAST_GATHER``: the C prelude leaves them out where gathers are slow)."""
+    with cflags("native"):
+        yield

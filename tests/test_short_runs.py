@@ -7,12 +7,17 @@ span 16 orders of magnitude so that another order would show."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 import coiter
+from coiter.codegen.c import preamble
 from coiter.lower.short_runs import SHORT_RUN
+from coiter.runtime.compiler import load_library
 from helpers import csr_with_lengths, row_sums_in_order, spread_values
+
+pytestmark = pytest.mark.usefixtures("gather_helpers")  # the helper on any processor
 
 SPMV = "y(i) = A(i,j) * x(j)"
 # run lengths drawn per kind of operand: nearly all single (under 2.25 a run: rows go eight
@@ -97,3 +102,32 @@ def test_only_double_products_of_a_run_and_a_gather_take_the_helper() -> None:
     b = rng.standard_normal(4)
     np.testing.assert_allclose(scaled(A=a, b=b).to_numpy(), (a.sum(axis=1)) * b, rtol=1e-12)
     assert "coiter_run_dot" not in _source(scaled)
+
+
+@pytest.mark.parametrize("flags, taken", [
+    ("-march=x86-64-v4", 1),  # AVX-512, no AMD Zen named
+    ("-march=x86-64-v4 -D__znver4__", 0),  # AVX-512 on a Zen processor: slow gathers
+    ("-march=x86-64-v3", 0),  # no AVX-512: the helpers would be the loop
+    ("-march=x86-64-v4 -D__znver3__ -DCOITER_FAST_GATHER=1", 1),  # the user decides
+    ("-march=x86-64-v4 -DCOITER_FAST_GATHER=0", 0),
+])
+def test_the_helpers_run_where_gathers_are_fast(monkeypatch: pytest.MonkeyPatch, flags: str,
+                                                taken: int) -> None:
+    """The C prelude's COITER_FAST_GATHER, which the short- and tiny-run flags require, by the
+    processor the kernel is built for (a function returning it; nothing else runs)."""
+    monkeypatch.setenv("COITER_CFLAGS", f"-O1 -fPIC -std=c11 {flags}")
+    lib = load_library(preamble("INT32_MAX") + "int fast_gather(void) { return COITER_FAST_GATHER; }\n")
+    assert lib.fast_gather() == taken
+
+
+def test_the_run_flags_require_fast_gathers() -> None:
+    """Each flag that sends a statement to a helper is false where gathers are slow, so the C
+    compiler drops that version; the long-run split, which gathers nothing, is not."""
+    k = coiter.compile(SPMV, formats={"A": "csr"})
+    a = csr_with_lengths(np.random.default_rng(0), [1, 2, 3, 2], 40, np.int32)
+    x = np.arange(40.0)
+    np.testing.assert_array_equal(k(A=coiter.Tensor.from_scipy(a), x=x).to_numpy(), a @ x)
+    src = _source(k)
+    assert "bool A2_short_runs = COITER_FAST_GATHER && " in src
+    assert "bool A2_tiny_runs = COITER_FAST_GATHER && " in src
+    assert "bool A2_long_runs = A2_pos" in src

@@ -20,6 +20,8 @@ from helpers import (
     CFLAGS, cflags, csr_with_lengths, generated_functions, row_sums_in_order, spread_values,
 )
 
+pytestmark = pytest.mark.usefixtures("gather_helpers")  # the helper on any processor
+
 SPMV = "y(i) = A(i,j) * x(j)"
 # row lengths: mostly one or two, some past the window (16 positions for 8 rows) and the
 # vector steps (8)

@@ -102,6 +102,19 @@ static inline int64_t coiter_call_threads(int64_t n) {{ return n; }}
 #else
 #define COITER_SCALAR_SUM
 #endif
+/* Whether the short- and tiny-run helpers pay (lower/short_runs.py, lower/tiny_runs.py): they
+   read runs with vector gathers, fast on Intel's AVX-512 processors and slow on AMD's Zen
+   (GCC 12 names Zen 4 znver3), where the plain loop was faster on most inputs: SpMV on
+   USA-road-NE 18.8 -> 9.9 ms, TTV on jf17k-3ary 0.047 -> 0.024 ms (docs/performance.md).
+   -DCOITER_FAST_GATHER=0 or 1 in $COITER_CFLAGS decides instead. */
+#ifndef COITER_FAST_GATHER
+#if defined(__AVX512F__) && defined(__AVX512VL__) && !defined(__znver1__) && !defined(__znver2__) \\
+  && !defined(__znver3__) && !defined(__znver4__) && !defined(__znver5__)
+#define COITER_FAST_GATHER 1
+#else
+#define COITER_FAST_GATHER 0
+#endif
+#endif
 /* every kernel has the parameters coiter_nthreads and coiter_work */
 #define COITER_THREADS() coiter_threads(coiter_nthreads, coiter_work)
 """

@@ -16,7 +16,8 @@ versions the kernel's statements on a flag computed before the loops (``if (A2_l
 { partial sums } else if (A2_short_runs) { helper } else { loops }``).
 
 Only runs whose values and gathered vector are ``double`` and whose coordinates are
-``int32_t`` or ``int64_t`` qualify; without AVX-512 the helper is the plain loop. Measured
+``int32_t`` or ``int64_t`` qualify; without AVX-512 the helper is the plain loop, and where
+gathers are slow (AMD Zen: ``COITER_FAST_GATHER`` in the C prelude) the flag is false. Measured
 on the benchmark suite's operands, old and new kernel in one process (1 thread, ms, loop ->
 helper): CSR SpMV on USA-road-NE 14.3 -> 9.3, USA-road-BAY 2.71 -> 1.15, as-caida 0.45 ->
 0.28; TTV on fb15k-237's fibers (3.0 a fiber) 0.99 -> 0.72, collegemsg-day 0.169 -> 0.103

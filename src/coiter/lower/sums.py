@@ -22,7 +22,9 @@ bcsstk33 342 -> 220, bcsstk16 163 -> 110, mbeacxc 41 -> 24, lp_fit2d 124 -> 70, 
 Operands whose runs are short (1.5 to 6 positions on average) get a third version of the
 statement, whose runs of up to four positions are summed without a loop (:mod:`.short_runs`);
 where they average under 2.25 a fourth version, tested before it, sums eight rows at once
-(:mod:`.tiny_runs`) where the loop around the runs does nothing else.
+(:mod:`.tiny_runs`) where the loop around the runs does nothing else. Both flags also
+require ``COITER_FAST_GATHER`` (C prelude): on processors whose gathers are slow (AMD Zen)
+the plain loop runs.
 """
 from __future__ import annotations
 
@@ -164,6 +166,8 @@ class _Splitter:
                 test = Bin("&&", Bin(">=", Bin("*", Const(low.denominator), stored),
                                      Bin("*", Const(low.numerator), runs)),
                            Bin("<", stored, Bin("*", Const(high), runs)))
+            if kind != "long":  # the helpers gather (COITER_FAST_GATHER: C prelude)
+                test = Bin("&&", Var("COITER_FAST_GATHER"), test)
             flag = self._fresh(f"{pos.removesuffix('_pos')}_{kind}_runs")
             self.taken.add(flag)
             self.flags[pos, kind] = (flag, test)
