@@ -68,6 +68,7 @@ def test_rows_come_out_sorted(flags: str, lengths: list[int], dim: int, seed: in
     (129, 70000),        # more than 8 a coordinate: read through summary bits
     (300, 1_000_000),    # summary bits
     (2000, 1_000_000),   # 15625 words, scanned in 31 pieces
+    (40000, 40000),      # every word nonzero: each piece's list of words fills to its end
 ])
 def test_long_rows_either_read(flags: str, length: int, dim: int) -> None:
     """Rows past the sorting networks, on both sides of the choice between scanning the

@@ -606,7 +606,9 @@ static void coiter_sort_bitmap(int64_t* restrict a, int64_t n, uint8_t* restrict
         __mmask8 in = (__mmask8)(w1 - w >= 8 ? 0xff : (1u << (w1 - w)) - 1);
         __m512i x = _mm512_maskz_loadu_epi64(in, bits + w);
         __mmask8 nz = _mm512_test_epi64_mask(x, x);
-        _mm512_mask_compressstoreu_epi64(nonzero + m, nz, _mm512_add_epi64(_mm512_set1_epi64(w), lane));
+        /* a compress into a register and a whole store (m <= w - w0 <= 504, so the store stays
+           in nonzero): a compress straight to memory is microcoded on AMD Zen 4, ~20x slower */
+        _mm512_storeu_si512(nonzero + m, _mm512_maskz_compress_epi64(nz, _mm512_add_epi64(_mm512_set1_epi64(w), lane)));
         m += __builtin_popcount(nz);
       }}
       for (int64_t q = 0; q < m; q++) {{
