@@ -514,7 +514,10 @@ static inline __attribute__((always_inline)) int64_t coiter_union_lanes(
     __mmask16 start = _mm512_mask_cmpneq_epi32_mask((__mmask16)coiter_lanes(0, total, 16 * r, 16), crd[r], before);
     __mmask16 e1 = _mm512_cmpeq_epi32_mask(crd[r], _mm512_alignr_epi32(after, crd[r], 1));
     __mmask16 e2 = _mm512_cmpeq_epi32_mask(crd[r], _mm512_alignr_epi32(after, crd[r], 2));
-    _mm512_mask_compressstoreu_epi32(oc + written, start, crd[r]);
+    /* compresses into registers and masked stores of their first lanes: a compress
+       straight to memory is microcoded on AMD Zen 4 (SpAdd3 on road networks 1.5x slower) */
+    _mm512_mask_storeu_epi32(oc + written, (__mmask16)((1u << __builtin_popcount(start)) - 1),
+                             _mm512_maskz_compress_epi32(start, crd[r]));
     for (int h = 0; h < 2; h++) {{
       int g = 2 * r + h;
       __m512i cur = _mm512_castpd_si512(sorted[g]);
@@ -524,7 +527,8 @@ static inline __attribute__((always_inline)) int64_t coiter_union_lanes(
       t = _mm512_add_pd(t, _mm512_mask_blend_pd((__mmask8)(e2 >> (8 * h)), nz,
                         _mm512_castsi512_pd(_mm512_alignr_epi64(next, cur, 2))));
       __mmask8 keep = (__mmask8)(start >> (8 * h));
-      _mm512_mask_compressstoreu_pd(ov + written, keep, t);
+      _mm512_mask_storeu_pd(ov + written, (__mmask8)((1u << __builtin_popcount(keep)) - 1),
+                            _mm512_maskz_compress_pd(keep, t));
       written += __builtin_popcount(keep);
     }}
   }}
