@@ -459,12 +459,15 @@ static inline __attribute__((always_inline)) int64_t coiter_union_lanes(
   const int64_t off[3] = {{0, len[0], len[0] + len[1]}}, total = len[0] + len[1] + len[2];
   __m512i key[4], crd[4];
   __m512d val[8], sorted[8];
+  /* run s fills lanes off[s] .. off[s] + len[s] of the runs laid end to end: a masked load
+     from c[s] + (lane base - off[s]) reads only those lanes' entries (an expand load, which
+     needs no offset, is microcoded on AMD Zen 4) */
   for (int r = 0; r < R; r++) {{
     __m512i x = _mm512_set1_epi32(INT32_MAX);  /* pads sort last */
     for (int s = 0; s < 3; s++) {{
       int64_t from = 16 * r - off[s];
-      x = _mm512_mask_expandloadu_epi32(x, (__mmask16)coiter_lanes(off[s], off[s] + len[s], 16 * r, 16),
-                                        c[s] + (from > 0 ? from : 0));
+      x = _mm512_mask_loadu_epi32(x, (__mmask16)coiter_lanes(off[s], off[s] + len[s], 16 * r, 16),
+                                  c[s] + from);
     }}
     key[r] = coiter_sort16(_mm512_mask_or_epi32(x, (__mmask16)coiter_lanes(0, total, 16 * r, 16),
                                                 _mm512_slli_epi32(x, shift),
@@ -474,8 +477,8 @@ static inline __attribute__((always_inline)) int64_t coiter_union_lanes(
     __m512d x = _mm512_setzero_pd();
     for (int s = 0; s < 3; s++) {{
       int64_t from = 8 * g - off[s];
-      x = _mm512_mask_expandloadu_pd(x, (__mmask8)coiter_lanes(off[s], off[s] + len[s], 8 * g, 8),
-                                     v[s] + (from > 0 ? from : 0));
+      x = _mm512_mask_loadu_pd(x, (__mmask8)coiter_lanes(off[s], off[s] + len[s], 8 * g, 8),
+                               v[s] + from);
     }}
     val[g] = x;
   }}
