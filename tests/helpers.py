@@ -15,7 +15,8 @@ from coiter.runtime.compiler import DEFAULT_CFLAGS
 # plain C path for other processors), the short- and tiny-run helpers taken where they apply
 # even on a processor whose gathers are slow (COITER_FAST_GATHER, C prelude)
 _HELPERS = " -DCOITER_FAST_GATHER=1"
-CFLAGS = {"native": DEFAULT_CFLAGS + _HELPERS, "no-avx512": DEFAULT_CFLAGS + " -mno-avx512f" + _HELPERS}
+CFLAGS = {"native": DEFAULT_CFLAGS + _HELPERS,
+          "no-avx512": DEFAULT_CFLAGS + " -mno-avx512f" + _HELPERS}
 
 
 @contextmanager

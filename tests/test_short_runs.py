@@ -116,7 +116,8 @@ def test_the_helpers_run_where_gathers_are_fast(monkeypatch: pytest.MonkeyPatch,
     """The C prelude's COITER_FAST_GATHER, which the short- and tiny-run flags require, by the
     processor the kernel is built for (a function returning it; nothing else runs)."""
     monkeypatch.setenv("COITER_CFLAGS", f"-O1 -fPIC -std=c11 {flags}")
-    lib = load_library(preamble("INT32_MAX") + "int fast_gather(void) { return COITER_FAST_GATHER; }\n")
+    source = preamble("INT32_MAX") + "int fast_gather(void) { return COITER_FAST_GATHER; }\n"
+    lib = load_library(source)
     assert lib.fast_gather() == taken
 
 
