@@ -214,11 +214,11 @@ int max_threads(void) {
 
 def test_a_late_team_sends_the_next_calls_to_one_thread() -> None:
     """The prelude's backoff: after a region whose thread 0 waited, at the region's start or
-    end, longer than it worked (a worker waited for a busy core), the calls that let the kernel choose its thread
-    count (0) run on one thread for 50 ms, twice as long when it recurs at once; a requested
-    count is kept; a region that did not wait resets the period. (Clock readings around each
-    step bound the expected times, so a test process descheduled meanwhile still checks
-    exactly.)"""
+    end, longer than it worked (a worker waited for a busy core), the calls that let the
+    kernel choose its thread count (0) run on one thread for 50 ms, twice as long when it
+    recurs at once; a requested count is kept; a region that did not wait resets the period.
+    (Clock readings around each step bound the expected times, so a test process descheduled
+    meanwhile still checks exactly.)"""
     source = preamble("INT32_MAX") + """
 int64_t call_threads(int64_t n) { return coiter_call_threads(n); }
 int64_t now_ns(void) { return coiter_clock(); }

@@ -615,7 +615,8 @@ static void coiter_sort_bitmap(int64_t* restrict a, int64_t n, uint8_t* restrict
         __mmask8 nz = _mm512_test_epi64_mask(x, x);
         /* a compress into a register and a whole store (m <= w - w0 <= 504, so the store stays
            in nonzero): a compress straight to memory is microcoded on AMD Zen 4 */
-        _mm512_storeu_si512(nonzero + m, _mm512_maskz_compress_epi64(nz, _mm512_add_epi64(_mm512_set1_epi64(w), lane)));
+        __m512i words = _mm512_add_epi64(_mm512_set1_epi64(w), lane);
+        _mm512_storeu_si512(nonzero + m, _mm512_maskz_compress_epi64(nz, words));
         m += __builtin_popcount(nz);
       }}
       for (int64_t q = 0; q < m; q++) {{
@@ -896,7 +897,8 @@ def _team(s: For, ind: str) -> list[str]:
             *stmt(loop, inner),
             f"{thread0}coiter_team_first_done = coiter_clock();",
             f"{ind}  }}",
-            f"{ind}  coiter_team_done(coiter_team_start, coiter_team_entered, coiter_team_first_done);",
+            f"{ind}  coiter_team_done(coiter_team_start, coiter_team_entered, "
+            "coiter_team_first_done);",
             f"{ind}}}"]
 
 
