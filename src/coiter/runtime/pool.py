@@ -3,7 +3,7 @@
 A dense result of tens of megabytes (TTM, SpMM, SDDMM on large inputs) would be a fresh
 mapping on every call, whose pages the system zeroes as the kernel first touches them: 8.6
 of a 11.8 ms TTM call with a 64 MiB result. The C extension's pool (``_pool.c``) gives
-results from 4 MiB on memory that earlier, freed results mapped already, zeroed with a
+results from 128 KiB on memory that earlier, freed results mapped already, zeroed with a
 memset (or not, for kernels that zero the values they own: :func:`empty`), and takes it
 back when the last array over it is freed (NumPy frees it through the pool's memory
 handler, so views keep it alive as any array's views do).
@@ -40,7 +40,7 @@ class PoolStats(NamedTuple):
 
 
 def zeros(n: int, dtype: np.dtype) -> np.ndarray:
-    """A zeroed 1-D array of ``n`` values; from 4 MiB on, memory from the pool."""
+    """A zeroed 1-D array of ``n`` values; from 128 KiB on, memory from the pool."""
     if _fastcall is None:
         return np.zeros(n, dtype=dtype)
     return _fastcall.array(n, np.dtype(dtype), True)
@@ -48,7 +48,7 @@ def zeros(n: int, dtype: np.dtype) -> np.ndarray:
 
 def empty(n: int, dtype: np.dtype) -> np.ndarray:
     """An unzeroed 1-D array of ``n`` values (for kernels that zero what they write); from
-    4 MiB on, memory from the pool."""
+    128 KiB on, memory from the pool."""
     if _fastcall is None:
         return np.empty(n, dtype=dtype)
     return _fastcall.array(n, np.dtype(dtype), False)
