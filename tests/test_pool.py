@@ -3,7 +3,12 @@ ones; results that are alive never share memory, reused memory is zeroed, views 
 memory, and the limit holds. Values are checked against NumPy."""
 from __future__ import annotations
 
+import ctypes
 import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -210,3 +215,96 @@ def test_unzeroed_results_are_zeroed_by_the_kernel_that_writes_them(case, thread
         _dirty_block(ref.size * 8)
         got = k(threads=threads, **ops).to_numpy()
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------------------- the kernels' heap arrays
+
+def _spadd(rows: int, seed: int = 7) -> tuple[dict[str, coiter.Tensor], sp.csr_array]:
+    """Three random CSR operands whose sum has about 12 entries per row, and that sum."""
+    rng = np.random.default_rng(seed)
+    mats = [sp.random_array((rows, 200), density=0.02, format="csr", random_state=rng) for _ in range(3)]
+    ops = {n: coiter.Tensor.from_scipy(m) for n, m in zip("ABC", mats)}
+    return ops, sp.csr_array(mats[0] + mats[1] + mats[2])
+
+
+def _assert_csr(result: coiter.Tensor, ref: sp.csr_array) -> None:
+    got = sp.csr_array(result.to_scipy())
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got.toarray(), ref.toarray(), rtol=1e-12)
+
+
+@needs_pool
+@pytest.mark.parametrize("plan", [True, False])
+def test_a_sparse_result_assembled_by_the_kernel_reuses_freed_memory(plan, monkeypatch) -> None:
+    if not plan:  # adopted by the ctypes path (kernel_realloc, kernel_free) instead of C
+        monkeypatch.setattr(coiter.kernel, "build_plan", lambda *a, **k: None)
+    ops, ref = _spadd(20_000)
+    k = coiter.compile("D(i,j) = A(i,j) + B(i,j) + C(i,j)", formats={n: "csr" for n in "ABCD"})
+    first = k(threads=1, **ops)
+    _assert_csr(first, ref)
+    assert pool.stats().blocks_in_use >= 2  # its index and value arrays (~1 and ~2 MB)
+    del first
+    gc.collect()
+    freed = pool.stats().free_blocks
+    assert freed >= 2 and pool.stats().blocks_in_use == 0
+    second = k(threads=1, **ops)
+    _assert_csr(second, ref)
+    assert pool.stats().free_blocks < freed  # reused, not mapped afresh
+    # a smaller and a larger result after it: blocks are reused or grown, values stay right
+    for rows in (3_000, 60_000):
+        ops, ref = _spadd(rows, seed=rows)
+        _assert_csr(k(threads=1, **ops), ref)
+
+
+@needs_pool
+def test_parallel_assembly_through_the_pool_equals_serial() -> None:
+    ops, ref = _spadd(50_000, seed=3)
+    k = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={n: "csr" for n in "ABC"})
+    a, b = ops["A"], coiter.Tensor.from_scipy(sp.random_array((200, 300), density=0.05, format="csr",
+                                                              random_state=np.random.default_rng(4)))
+    serial, parallel = k(A=a, B=b, threads=1), k(A=a, B=b, threads=2)
+    expect = sp.csr_array(a.to_scipy() @ b.to_scipy())
+    _assert_csr(serial, expect)
+    _assert_csr(parallel, expect)
+
+
+@needs_pool
+@pytest.mark.parametrize("start", [64, 100 << 10])  # a libc block, a pool block
+def test_the_kernels_realloc_keeps_the_contents_and_free_takes_both_kinds(start) -> None:
+    alloc = pool._ALLOCATOR
+    malloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(alloc.malloc)
+    p = malloc(start)
+    ctypes.memmove(p, bytes(range(64)), 64)
+    for size in (start + 1, 300 << 10, 5 << 20, 32):  # grow, across a huge page, and shrink
+        p = pool.kernel_realloc(p, size)
+        assert p and ctypes.string_at(p, 32) == bytes(range(32))
+    pool.kernel_free(p)
+    assert pool.stats().blocks_in_use == 0
+
+
+@needs_pool
+def test_repeated_sparse_results_take_no_page_faults_where_glibc_maps_every_block() -> None:
+    # glibc maps every block from 16 KiB afresh here, as it does where a process sets its trim
+    # threshold (Dask's workers) or other libraries churn the heap (GraphBLAS between SpAdd3
+    # calls: 56 page faults a call on lp_ship04l). Pooled, the arrays of the last call are
+    # reused. Regression: a result's arrays came from libc's malloc.
+    script = f"""
+import gc, resource, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import numpy as np, scipy.sparse as sp, coiter
+from test_pool import _spadd, _assert_csr
+ops, ref = _spadd(20_000)
+k = coiter.compile("D(i,j) = A(i,j) + B(i,j) + C(i,j)", formats={{n: "csr" for n in "ABCD"}})
+for _ in range(3):
+    _assert_csr(k(threads=1, **ops), ref)
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    r = k(threads=1, **ops)
+    del r
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / 10)
+"""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="16384", MALLOC_TRIM_THRESHOLD_="0")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    # the arrays take ~3 MB (750 pages); a fresh mapping per call faults on each page
+    assert float(out) < 100, out

@@ -161,7 +161,7 @@ static int64_t coiter_far_bytes(void) {{
   return f;
 }}
 """),
-    (('coiter_advise', 'coiter_malloc', 'coiter_calloc', 'coiter_realloc'), """\
+    (('coiter_advise', 'coiter_malloc', 'coiter_calloc', 'coiter_realloc', 'coiter_free'), """\
 /* Heap blocks of 4 MiB and more get transparent huge pages, as NumPy's arrays do: a 64 MiB
    result then takes 32 page faults, not 16384 (a third of a large SpAdd's time). The
    advice covers the block's whole pages: advising part of a mapping splits it, and glibc
@@ -175,9 +175,29 @@ static inline void* coiter_advise(void* p, size_t n) {{
 #endif
   return p;
 }}
-static inline void* coiter_malloc(size_t n) {{ return coiter_advise(malloc(n), n); }}
-static inline void* coiter_calloc(size_t n, size_t e) {{ return coiter_advise(calloc(n, e), n * e); }}
-static inline void* coiter_realloc(void* p, size_t n) {{ return coiter_advise(realloc(p, n), n); }}
+/* The kernel's heap: libc's, or the one coiter_use_allocator installs as the runtime loads
+   the library (coiter.runtime._fastcall's pool, which keeps freed blocks mapped for the next
+   call's arrays; its free and realloc take libc's blocks too) */
+typedef struct {{
+  void* (*malloc)(size_t);
+  void* (*calloc)(size_t, size_t);
+  void* (*realloc)(void*, size_t);
+  void (*free)(void*);
+}} coiter_allocator;
+static coiter_allocator coiter_heap;
+void coiter_use_allocator(const coiter_allocator* a) {{ coiter_heap = *a; }}
+static inline void* coiter_malloc(size_t n) {{
+  return coiter_heap.malloc ? coiter_heap.malloc(n) : coiter_advise(malloc(n), n);
+}}
+static inline void* coiter_calloc(size_t n, size_t e) {{
+  return coiter_heap.calloc ? coiter_heap.calloc(n, e) : coiter_advise(calloc(n, e), n * e);
+}}
+static inline void* coiter_realloc(void* p, size_t n) {{
+  return coiter_heap.realloc ? coiter_heap.realloc(p, n) : coiter_advise(realloc(p, n), n);
+}}
+static inline void coiter_free(void* p) {{
+  if (coiter_heap.free) coiter_heap.free(p); else free(p);
+}}
 """),
     (('coiter_expand',), """\
 /* realloc for an array that grows: from 4 MiB it reserves at least 32 MiB of address space,
@@ -721,7 +741,7 @@ static int coiter_sort_pairs(int64_t* key, int64_t* at, int64_t n) {{
   for (int64_t q = 0; q < n; q++) {{ t[q].key = key[q]; t[q].at = at[q]; }}
   qsort(t, (size_t)n, sizeof(coiter_pair), coiter_cmp_pair);
   for (int64_t q = 0; q < n; q++) {{ key[q] = t[q].key; at[q] = t[q].at; }}
-  free(t);
+  coiter_free(t);
   return 0;
 }}
 """),
@@ -807,9 +827,11 @@ def _(e: Select, prec: int = 0) -> str:
     return f"({expr(e.cond, 1)} ? {expr(e.a, 1)} : {expr(e.b, 1)})"
 
 
-# The IR's heap allocations print as the preamble's wrappers (huge pages for large blocks);
-# what they return is still freed with free(), by kernels and by the Python side alike.
-_ALLOCATORS = {"malloc": "coiter_malloc", "calloc": "coiter_calloc", "realloc": "coiter_realloc"}
+# The IR's heap calls print as the preamble's wrappers: the runtime's allocator where it
+# installed one (coiter_use_allocator), else libc's with huge pages for large blocks. The
+# Python side frees the kernel's arrays with the same allocator.
+_ALLOCATORS = {"malloc": "coiter_malloc", "calloc": "coiter_calloc", "realloc": "coiter_realloc",
+               "free": "coiter_free"}
 
 
 @expr.register

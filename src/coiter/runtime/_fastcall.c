@@ -363,18 +363,20 @@ static int bind_operand(CallPlan* p, const OpSpec* o, PyObject* obj, int64_t* w,
   return 1;
 }
 
+/* A kernel's arrays come from the pool's allocator (or libc's, whose blocks its free and
+   realloc take too) */
 static void free_capsule(PyObject* capsule) {
-  free(PyCapsule_GetPointer(capsule, "coiter.malloc"));
+  pool_allocator()->free(PyCapsule_GetPointer(capsule, "coiter.malloc"));
 }
 
-/* A 1-D array owning malloc'ed ``ptr`` (shrunk to ``len``); zeros when ptr is NULL. */
+/* A 1-D array owning the kernel's ``ptr`` (shrunk to ``len``); zeros when ptr is NULL. */
 static PyObject* adopt(void* ptr, int64_t len, int typenum, int itemsize) {
   npy_intp n = (npy_intp)len;
   if (!ptr) return PyArray_ZEROS(1, &n, typenum, 0);
-  void* shrunk = realloc(ptr, (size_t)(len > 0 ? len : 1) * (size_t)itemsize);
+  void* shrunk = pool_allocator()->realloc(ptr, (size_t)(len > 0 ? len : 1) * (size_t)itemsize);
   if (shrunk) ptr = shrunk;
   PyObject* capsule = PyCapsule_New(ptr, "coiter.malloc", free_capsule);
-  if (!capsule) { free(ptr); return NULL; }
+  if (!capsule) { pool_allocator()->free(ptr); return NULL; }
   PyObject* arr = PyArray_SimpleNewFromData(1, &n, typenum, ptr);
   if (!arr) { Py_DECREF(capsule); return NULL; }
   if (PyArray_SetBaseObject((PyArrayObject*)arr, capsule) < 0) { Py_DECREF(arr); return NULL; }
@@ -554,7 +556,7 @@ not_implemented:
   result = Py_NotImplemented;
   Py_INCREF(result);
 done:
-  for (int k = 0; k < p->nout; k++) free(out[k]);  /* only those not adopted */
+  for (int k = 0; k < p->nout; k++) pool_allocator()->free(out[k]);  /* only those not adopted */
   Py_XDECREF(arrays);
   Py_XDECREF(shape);
   Py_XDECREF(vals);
@@ -631,6 +633,12 @@ static PyObject* py_set_pool_limit(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* allocator() -> the address of the kernels' allocator over the pool (a PoolAllocator) */
+static PyObject* py_allocator(PyObject* self, PyObject* args) {
+  (void)self; (void)args;
+  return PyLong_FromVoidPtr((void*)pool_allocator());
+}
+
 /* pool_stats() -> (limit, free blocks, free bytes, blocks in use) */
 static PyObject* py_pool_stats(PyObject* self, PyObject* args) {
   size_t limit, free_bytes;
@@ -642,6 +650,7 @@ static PyObject* py_pool_stats(PyObject* self, PyObject* args) {
 static PyMethodDef functions[] = {
   {"array", py_array, METH_VARARGS, "array(n, dtype, zero): a 1-D array, zeroed or not; large ones from the result pool."},
   {"set_pool_limit", py_set_pool_limit, METH_VARARGS, "set_pool_limit(bytes): free bytes the result pool keeps."},
+  {"allocator", py_allocator, METH_NOARGS, "allocator() -> address of the kernels' allocator over the pool."},
   {"pool_stats", py_pool_stats, METH_NOARGS, "pool_stats() -> (limit, free blocks, free bytes, blocks in use)."},
   {NULL, NULL, 0, NULL},
 };

@@ -8,6 +8,12 @@
  * keeps the block alive as long as it lives): the next call's result reuses the block's
  * mapped pages, zeroed by a memset, or not at all for a kernel that zeroes what it writes.
  *
+ * The kernels' own heap memory (the sparse results they assemble, their workspaces) comes
+ * from the same blocks through pool_allocator(), which coiter.runtime hands to each kernel
+ * library it loads: otherwise a process whose heap other libraries churn (GraphBLAS calls
+ * between SpAdd3 calls: 56 page faults a call on lp_ship04l, 0.08 -> 0.24 ms) or whose
+ * trim threshold is set maps those arrays afresh on every call.
+ *
  * Free blocks are kept up to a byte limit (pool_set_limit; 0 turns the pool off), at most
  * POOL_FREE_BLOCKS of them, the least recently freed given back to the system first. Blocks
  * in use count against nothing: they are the user's arrays. Smaller arrays, and every
@@ -20,6 +26,7 @@
 #define PY_ARRAY_UNIQUE_SYMBOL coiter_fastcall_ARRAY_API
 #define NO_IMPORT_ARRAY
 #include <numpy/arrayobject.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,9 +36,12 @@
 /* glibc maps every allocation from 128 KiB on afresh once a process sets its trim threshold
    (Dask's workers do): a 3.8 MiB SpMV result then cost 6 of a 13.6 ms call in page faults */
 #define POOL_MIN_BYTES ((size_t)128 << 10)
+/* the kernels' arrays from 16 KiB on: a 76 KiB index array of an SpAdd3 result still took
+   19 page faults a call where GraphBLAS ran between the calls */
+#define KERNEL_MIN_BYTES ((size_t)16 << 10)
 #define POOL_HUGE ((size_t)2 << 20) /* blocks from a huge page on are whole huge pages */
-#define POOL_PAGE ((size_t)64 << 10)
-#define POOL_FREE_BLOCKS 16
+#define POOL_PAGE ((size_t)4 << 10)
+#define POOL_FREE_BLOCKS 64
 #define POOL_LIVE_BLOCKS 256
 
 typedef struct { void* ptr; size_t cap; } Block;
@@ -56,19 +66,33 @@ static void evict_oldest(void) {
 /* The unit a block of ``size`` bytes is rounded up to. */
 static size_t block_align(size_t size) { return size >= POOL_HUGE ? POOL_HUGE : POOL_PAGE; }
 
+/* Free block ``k``, taken off the free list. Under the lock. */
+static Block take_at(int k) {
+  Block b = free_blocks[k];
+  memmove(&free_blocks[k], &free_blocks[k + 1], (size_t)(nfree - k - 1) * sizeof(Block));
+  nfree--;
+  free_bytes -= b.cap;
+  return b;
+}
+
 /* A free block of at least ``size`` bytes and at most a quarter (plus its unit) more,
    taken off the free list; {NULL, 0} when there is none. Under the lock. */
 static Block take_free(size_t size) {
-  for (int k = nfree - 1; k >= 0; k--) {
-    Block b = free_blocks[k];
-    if (b.cap >= size && b.cap - size <= size / 4 + block_align(size)) {
-      memmove(&free_blocks[k], &free_blocks[k + 1], (size_t)(nfree - k - 1) * sizeof(Block));
-      nfree--;
-      free_bytes -= b.cap;
-      return b;
-    }
-  }
+  for (int k = nfree - 1; k >= 0; k--)
+    if (free_blocks[k].cap >= size && free_blocks[k].cap - size <= size / 4 + block_align(size))
+      return take_at(k);
   return (Block){NULL, 0};
+}
+
+/* The smallest free block of at least ``size`` bytes, taken off the free list; {NULL, 0}
+   when there is none. For an array that grows: the block of the same array in an earlier
+   call is as large as it grew then. Under the lock. */
+static Block take_growable(size_t size) {
+  int best = -1;
+  for (int k = 0; k < nfree; k++)
+    if (free_blocks[k].cap >= size && (best < 0 || free_blocks[k].cap < free_blocks[best].cap))
+      best = k;
+  return best < 0 ? (Block){NULL, 0} : take_at(best);
 }
 
 /* Put ``b`` on the free list, evicting the oldest blocks while the list is over its
@@ -88,14 +112,15 @@ static int find_live(const void* ptr) {
   return -1;
 }
 
-/* A pool block for ``size`` bytes (at least POOL_MIN_BYTES): a reused one, zeroed with a
-   memset when ``zero``, or a new mapping (zero pages); NULL when the pool is off or full. */
-static void* pool_take(size_t size, int zero) {
+/* A pool block for ``size`` bytes (at least KERNEL_MIN_BYTES): a reused one (of the size,
+   or for an array that ``grows`` of any larger size), zeroed with a memset when ``zero``,
+   or a new mapping (zero pages); NULL when the pool is off or full. */
+static void* pool_take(size_t size, int zero, int grows) {
   pthread_mutex_lock(&lock);
   int slot = limit ? find_live(NULL) : -1;
   Block b = {NULL, 0};
   if (slot >= 0) {
-    b = take_free(size);
+    b = grows ? take_growable(size) : take_free(size);
     live[slot].ptr = RESERVED;
   }
   pthread_mutex_unlock(&lock);
@@ -117,17 +142,26 @@ static void* pool_take(size_t size, int zero) {
   return b.ptr;
 }
 
+/* calloc and malloc from the pool for blocks of at least ``least`` bytes */
+static void* take_calloc(size_t nelem, size_t elsize, size_t least) {
+  size_t size = nelem * elsize;
+  void* p = (elsize && size / elsize != nelem) || size < least ? NULL : pool_take(size, 1, 0);
+  return p ? p : calloc(nelem, elsize);
+}
+
+static void* take_malloc(size_t size, size_t least) {
+  void* p = size < least ? NULL : pool_take(size, 0, 0);
+  return p ? p : malloc(size);
+}
+
 static void* pool_calloc(void* ctx, size_t nelem, size_t elsize) {
   (void)ctx;
-  size_t size = nelem * elsize;
-  void* p = (elsize && size / elsize != nelem) || size < POOL_MIN_BYTES ? NULL : pool_take(size, 1);
-  return p ? p : calloc(nelem, elsize);
+  return take_calloc(nelem, elsize, POOL_MIN_BYTES);
 }
 
 static void* pool_malloc(void* ctx, size_t size) {
   (void)ctx;
-  void* p = size < POOL_MIN_BYTES ? NULL : pool_take(size, 0);
-  return p ? p : malloc(size);
+  return take_malloc(size, POOL_MIN_BYTES);
 }
 
 static void pool_free(void* ctx, void* ptr, size_t size) {
@@ -162,6 +196,43 @@ static void* pool_realloc(void* ctx, void* ptr, size_t new_size) {
 static PyDataMem_Handler pool_handler = {
   "coiter_result_pool", 1, {NULL, pool_malloc, pool_calloc, pool_realloc, pool_free},
 };
+
+/* The kernels' allocator (pool_allocator): blocks from KERNEL_MIN_BYTES on come from the
+   pool, smaller ones from libc; free and realloc tell them apart by the live table. */
+static void* kernel_malloc(size_t size) { return take_malloc(size, KERNEL_MIN_BYTES); }
+
+static void* kernel_calloc(size_t nelem, size_t elsize) {
+  return take_calloc(nelem, elsize, KERNEL_MIN_BYTES);
+}
+
+static void kernel_free(void* ptr) { pool_free(NULL, ptr, 0); }
+
+/* A pool block keeps its place while it is large enough (shrinking included: the block
+   stays as large for the next call's array); a block that outgrows it, or a libc block that
+   reaches KERNEL_MIN_BYTES, moves to the smallest free block that holds it, else to a new
+   mapping. */
+static void* kernel_realloc(void* ptr, size_t size) {
+  if (!ptr) return kernel_malloc(size);
+  pthread_mutex_lock(&lock);
+  int k = find_live(ptr);
+  Block b = k >= 0 ? live[k] : (Block){NULL, 0};
+  pthread_mutex_unlock(&lock);
+  if (k >= 0 && size <= b.cap) return ptr;
+  if (k < 0 && size < KERNEL_MIN_BYTES) return realloc(ptr, size);
+  void* p = pool_take(size, 0, 1);
+  if (!p) {
+    if (k < 0) return realloc(ptr, size);
+    if (!(p = malloc(size))) return NULL;
+  }
+  size_t old = k >= 0 ? b.cap : malloc_usable_size(ptr);
+  memcpy(p, ptr, old < size ? old : size);
+  kernel_free(ptr);
+  return p;
+}
+
+static const PoolAllocator allocator = {kernel_malloc, kernel_calloc, kernel_realloc, kernel_free};
+
+const PoolAllocator* pool_allocator(void) { return &allocator; }
 
 int pool_init(void) {
   handler = PyCapsule_New(&pool_handler, "mem_handler", NULL);

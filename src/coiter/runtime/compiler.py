@@ -33,6 +33,7 @@ import platformdirs
 
 from coiter.errors import CompileError
 
+from . import pool
 from .cache_size import SHARD_NAME, after_build, touch
 from .trust import private_dir, seal, sealed
 
@@ -225,6 +226,7 @@ def load_cached(key: str, build: Callable[[], Path]) -> ctypes.CDLL:
                     stderr=str(exc),
                     source_path=str(path.with_suffix(".c")),
                 ) from exc
+            pool.install(library, sanitizing())
             _loaded[key] = library
     return library
 

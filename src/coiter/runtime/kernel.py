@@ -44,12 +44,6 @@ from . import pool
 from .compiler import load_library
 from .cuda import load_cuda_library
 
-_libc = ctypes.CDLL(None)
-_libc.free.argtypes = [ctypes.c_void_p]
-_libc.free.restype = None
-_libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.realloc.restype = ctypes.c_void_p
-
 OVERFLOW = 2  # kernel return code: int32 result indices overflowed
 # Inner levels (below the first) whose dimension is at most this are compiled with it as a
 # constant, one variant per extent: with SpMM's 16 dense columns a constant lets the C
@@ -99,14 +93,14 @@ def aligned_values(size: int, dtype: np.dtype, zero: bool = True, align: int = 6
 
 
 def adopt(ptr: int, length: int, dtype: np.dtype) -> np.ndarray:
-    """A 1-D array over malloc'ed ``ptr`` (shrunk to ``length`` elements), freed with the
-    array; zeros when ``ptr`` is null."""
+    """A 1-D array over the kernel's heap array ``ptr`` (shrunk to ``length`` elements), freed
+    with the array; zeros when ``ptr`` is null."""
     if not ptr:
         return np.zeros(length, dtype=dtype)
     nbytes = max(length, 1) * dtype.itemsize
-    ptr = _libc.realloc(ptr, nbytes) or ptr  # a failed shrink leaves the block as it was
+    ptr = pool.kernel_realloc(ptr, nbytes) or ptr  # a failed shrink leaves the block as it was
     buf = (ctypes.c_char * nbytes).from_address(ptr)
-    weakref.finalize(buf, _libc.free, ptr)
+    weakref.finalize(buf, pool.kernel_free, ptr)
     return np.frombuffer(buf, dtype=dtype, count=length)
 
 

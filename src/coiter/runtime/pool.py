@@ -8,6 +8,10 @@ memset (or not, for kernels that zero the values they own: :func:`empty`), and t
 back when the last array over it is freed (NumPy frees it through the pool's memory
 handler, so views keep it alive as any array's views do).
 
+The kernels' own heap arrays (sparse results, workspaces) come from the same pool:
+:func:`install` hands each kernel library the pool's allocator, and :data:`kernel_free` /
+:data:`kernel_realloc` are the functions that free and shrink what a kernel returns.
+
 ``COITER_RESULT_POOL`` sets how many bytes of freed result memory are kept for reuse
 (a number, or with a K/M/G suffix; 0 turns the pool off); the default is
 ``DEFAULT_LIMIT``, at most a sixteenth of the machine's memory. :func:`set_limit` changes it
@@ -15,6 +19,7 @@ at run time. Without the C extension results are ordinary NumPy arrays.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +33,24 @@ except ImportError:  # built without the extension
     _fastcall = None  # type: ignore[assignment]
 
 DEFAULT_LIMIT = 256 << 20
+
+_libc = ctypes.CDLL(None)
+_FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_REALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+
+
+class _Allocator(ctypes.Structure):
+    """The C prelude's ``coiter_allocator`` (_pool.h's ``PoolAllocator``)."""
+
+    _fields_ = [("malloc", ctypes.c_void_p), ("calloc", ctypes.c_void_p),
+                ("realloc", ctypes.c_void_p), ("free", ctypes.c_void_p)]
+
+
+_ALLOCATOR = _Allocator.from_address(_fastcall.allocator()) if _fastcall is not None else None
+# free and realloc for the arrays a kernel returns: the pool's, which take libc's blocks too
+kernel_free = _FREE(_ALLOCATOR.free if _ALLOCATOR else ctypes.cast(_libc.free, ctypes.c_void_p).value)
+kernel_realloc = _REALLOC(_ALLOCATOR.realloc if _ALLOCATOR
+                          else ctypes.cast(_libc.realloc, ctypes.c_void_p).value)
 
 
 class PoolStats(NamedTuple):
@@ -60,6 +83,18 @@ def set_limit(nbytes: int) -> None:
         raise ArgumentError(f"the pool's limit must be a number of bytes (a non-negative int), got {nbytes!r}")
     if _fastcall is not None:
         _fastcall.set_pool_limit(nbytes)
+
+
+def install(library: ctypes.CDLL, sanitized: bool) -> None:
+    """Give a kernel library the pool's allocator for its heap arrays (``coiter_use_allocator``
+    in the C prelude, present where the kernel allocates). Without the C extension, and in a
+    ``sanitized`` build (whose malloc must see every block to catch overflows), the library
+    keeps libc's heap."""
+    if _ALLOCATOR is None or sanitized or not hasattr(library, "coiter_use_allocator"):
+        return
+    library.coiter_use_allocator.argtypes = [ctypes.c_void_p]
+    library.coiter_use_allocator.restype = None
+    library.coiter_use_allocator(ctypes.addressof(_ALLOCATOR))
 
 
 def stats() -> PoolStats:
