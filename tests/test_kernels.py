@@ -9,6 +9,7 @@ import scipy.sparse as sp
 import pytest
 
 import coiter
+from coiter.codegen import c as codegen_c
 from helpers import check, random_array, tensor
 
 MATRIX_FORMATS = ["dd", "ds", "ds:1,0", "ss", "ss:1,0", "uq", "uq:1,0", "dd:1,0"]
@@ -262,3 +263,26 @@ def test_spgemm_rows_take_every_workspace_sort() -> None:
                          B=coiter.Tensor.from_scipy(B2), C=coiter.Tensor.from_numpy(C3, format="ds"))
     check(A3, B2.toarray() @ C3)
     np.testing.assert_array_equal(A3.storage.levels[1]["crd"], np.arange(60))
+
+
+_BARE_HEAP = re.compile(r"(?<![\w.>])(malloc|calloc|realloc|free)\(")
+
+
+@pytest.mark.parametrize("workspace", ["dense", "coord", "bucket", "hash"])
+def test_kernels_reach_the_heap_only_through_the_preludes_wrappers(workspace) -> None:
+    """The runtime gives kernel libraries the result pool's allocator, whose blocks libc's
+    free cannot take: a bare free() of a workspace buffer aborted the process (regression).
+    Only the wrappers' own definitions (coiter_advise ... coiter_free) call libc."""
+    src = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
+                         workspace=workspace).source
+    head, sep, rest = src.partition("static inline void coiter_free(void* p) {")
+    assert sep, "the kernel allocates: its source must define coiter_free"
+    wrappers_end = rest.index("}") + 1
+    outside = head[:head.index("static inline void* coiter_advise(")] + rest[wrappers_end:]
+    assert _BARE_HEAP.findall(outside) == []
+    # the templates the kernels are printed from, whether or not this kernel uses them
+    from coiter.formats.workspaces import base
+    texts = [base.core_source("double"), base.prelude()]
+    texts += [text for names, text in codegen_c.HELPERS if "coiter_free" not in names]
+    for text in texts:
+        assert _BARE_HEAP.findall(text) == []

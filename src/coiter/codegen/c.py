@@ -1076,6 +1076,7 @@ def _used_helpers(code: str) -> list[str]:
 
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BARE_HEAP = re.compile(r"(?<![\w.>])(malloc|calloc|realloc|free)\(")
 
 
 def module(functions: list[Function], index_max: str, support: tuple[str, ...] = ()) -> str:
@@ -1087,4 +1088,9 @@ def module(functions: list[Function], index_max: str, support: tuple[str, ...] =
         helpers, f = outline_parallel_bodies(f)
         parts.append("\n\n".join([*(function(h) for h in helpers), function(f), packed_entry(f)]))
     code = "\n\n".join(parts)
+    bare = _BARE_HEAP.search(code)
+    if bare:
+        # the runtime may give the library the result pool's allocator (coiter_use_allocator),
+        # whose blocks libc's free cannot take
+        raise AssertionError(f"generated C calls {bare.group(1)}() directly; use coiter_{bare.group(1)}")
     return preamble(index_max, code) + "\n" + code + "\n"

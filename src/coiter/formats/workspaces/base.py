@@ -67,9 +67,9 @@ static int coiter_ws_init_{N}(coiter_ws_{N}* w, int64_t hint, int fill) {{
 }}
 
 static void coiter_ws_free_{N}(coiter_ws_{N}* w) {{
-  free(w->key); free(w->val); free(w->all_key); free(w->all_val);
-  free(w->tmp_key); free(w->tmp_val); free(w->used);
-  for (int l = 0; l < COITER_WS_MAX_ORDER; l++) free(w->crd[l]);
+  coiter_free(w->key); coiter_free(w->val); coiter_free(w->all_key); coiter_free(w->all_val);
+  coiter_free(w->tmp_key); coiter_free(w->tmp_val); coiter_free(w->used);
+  for (int l = 0; l < COITER_WS_MAX_ORDER; l++) coiter_free(w->crd[l]);
 }}
 
 /* acc doubles (up to {acc_max} entries) once all outgrows it; `fill` marks the new
