@@ -208,25 +208,33 @@ static void* kernel_calloc(size_t nelem, size_t elsize) {
 static void kernel_free(void* ptr) { pool_free(NULL, ptr, 0); }
 
 /* A pool block keeps its place while it is large enough (shrinking included: the block
-   stays as large for the next call's array); a block that outgrows it, or a libc block that
-   reaches KERNEL_MIN_BYTES, moves to the smallest free block that holds it, else to a new
-   mapping. */
+   stays as large for the next call's array). A block that outgrows it moves to the smallest
+   free block that holds it, else to a new mapping, and goes back to the system: the free
+   list then holds the arrays as large as they grew, which the same arrays of the next call
+   take at their first growth, neither copying nor faulting again. A libc block moves to the
+   pool when it grows to KERNEL_MIN_BYTES. */
 static void* kernel_realloc(void* ptr, size_t size) {
   if (!ptr) return kernel_malloc(size);
   pthread_mutex_lock(&lock);
   int k = find_live(ptr);
   Block b = k >= 0 ? live[k] : (Block){NULL, 0};
   pthread_mutex_unlock(&lock);
-  if (k >= 0 && size <= b.cap) return ptr;
-  if (k < 0 && size < KERNEL_MIN_BYTES) return realloc(ptr, size);
+  size_t old = k >= 0 ? b.cap : malloc_usable_size(ptr);
+  if (size <= old || (k < 0 && size < KERNEL_MIN_BYTES)) return k >= 0 ? ptr : realloc(ptr, size);
   void* p = pool_take(size, 0, 1);
   if (!p) {
     if (k < 0) return realloc(ptr, size);
     if (!(p = malloc(size))) return NULL;
   }
-  size_t old = k >= 0 ? b.cap : malloc_usable_size(ptr);
-  memcpy(p, ptr, old < size ? old : size);
-  kernel_free(ptr);
+  memcpy(p, ptr, old);
+  if (k < 0) {
+    free(ptr);
+    return p;
+  }
+  pthread_mutex_lock(&lock);
+  live[find_live(ptr)] = (Block){NULL, 0};
+  pthread_mutex_unlock(&lock);
+  munmap(b.ptr, b.cap);
   return p;
 }
 
