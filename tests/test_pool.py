@@ -258,7 +258,7 @@ def test_a_sparse_result_assembled_by_the_kernel_reuses_freed_memory(plan, monke
 
 @needs_pool
 def test_parallel_assembly_through_the_pool_equals_serial() -> None:
-    ops, ref = _spadd(50_000, seed=3)
+    ops, _ = _spadd(50_000, seed=3)
     k = coiter.compile("C(i,j) = A(i,k) * B(k,j)", formats={n: "csr" for n in "ABC"})
     a, b = ops["A"], coiter.Tensor.from_scipy(sp.random_array((200, 300), density=0.05, format="csr",
                                                               random_state=np.random.default_rng(4)))
@@ -290,9 +290,9 @@ def test_repeated_sparse_results_take_no_page_faults_where_glibc_maps_every_bloc
     # calls: 56 page faults a call on lp_ship04l). Pooled, the arrays of the last call are
     # reused. Regression: a result's arrays came from libc's malloc.
     script = f"""
-import gc, resource, sys
+import resource, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-import numpy as np, scipy.sparse as sp, coiter
+import coiter
 from test_pool import _spadd, _assert_csr
 ops, ref = _spadd(20_000)
 k = coiter.compile("D(i,j) = A(i,j) + B(i,j) + C(i,j)", formats={{n: "csr" for n in "ABCD"}})
