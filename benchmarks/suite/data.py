@@ -165,7 +165,10 @@ def uniform(n: int, row_nnz: int, seed: int = 2) -> sp.csr_array:
 
 
 def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int]) -> sp.csr_array:
-    csr = sp.csr_array(sp.coo_array((vals, (rows, cols)), shape=shape))
+    """Canonical CSR with 32-bit indices, as the files' matrices have. SciPy keeps the int64
+    of the coordinates given, and a peer that narrows them in place (sparse_dot_mkl does)
+    changed every later system's operands in the middle of a run."""
+    csr = sp.csr_array(sp.coo_array((vals, (rows.astype(np.int32), cols.astype(np.int32))), shape=shape))
     csr.sum_duplicates()
     csr.sort_indices()
     return csr
