@@ -5,9 +5,10 @@ The values must be bit for bit the merge's: each coordinate's stored values adde
 sum's order, nothing added for an operand without the coordinate (so -0.0 stays -0.0, and
 inf and NaN propagate as the merge's additions do). The reference here adds them one by one
 in Python. Row sizes straddle the helper's register counts (16, 32 and 64 entries in all)
-and pass its limit (the merge takes longer rows); column counts straddle its coordinate
-limit (2^25); every case runs with and without AVX-512 (``-mno-avx512f``: the merge only)
-and at 1 and 2 threads."""
+and pass them (longer rows take its windows of columns where they span few columns an entry,
+the merge where not); column counts straddle its coordinate limit for short rows (2^25);
+every case runs with and without AVX-512 (``-mno-avx512f``: the merge only) and at 1 and 2
+threads."""
 from __future__ import annotations
 
 import itertools
@@ -25,6 +26,8 @@ VALUES = [-0.0, 0.0, 1.5, -2.25, 1e300, np.inf, -np.inf, np.nan, 0.1, -0.7]
 # row lengths of one operand: totals over two or three operands fall on both sides of 16,
 # 32 and 64
 LENGTHS = [0, 1, 2, 5, 8, 11, 16, 17, 21, 22, 30, 40]
+# longer rows: totals past 64 that span both fewer and more than 8 columns an entry
+LONG_LENGTHS = [0, 3, 30, 65, 120, 400, 900]
 
 
 def _kernel(n: int, result: str = "csr", operands: str = "csr") -> coiter.Kernel:
@@ -97,7 +100,44 @@ def test_sum_rows_bit_for_bit(flags: str, n: int, seed: int, lengths: list[tuple
 
 
 @pytest.mark.parametrize("flags", list(CFLAGS))
-@pytest.mark.parametrize("length", [1, 5, 10, 21, 22, 30])
+@settings(max_examples=25, deadline=None)
+@given(n=st.sampled_from([2, 3]), seed=st.integers(0, 2**32 - 1),
+       lengths=st.lists(st.tuples(*[st.sampled_from(LONG_LENGTHS)] * 3), min_size=1, max_size=6),
+       width=st.sampled_from([90, 511, 512, 513, 1500, 6000]), last=st.booleans(),
+       threads=st.sampled_from([1, 2]))
+def test_long_rows_bit_for_bit(flags: str, n: int, seed: int, lengths: list[tuple[int, int, int]],
+                               width: int, last: bool, threads: int) -> None:
+    """Rows of more than 64 entries: within 8 columns an entry they take the helper's
+    windows of 512 columns (spans across several windows, and up to the greatest int32
+    coordinate), wider ones the merge."""
+    rng = np.random.default_rng(seed)
+    cols = 2**31 - 2 if last else width + 7  # the most columns int32 results take
+    pool = np.arange(cols - width, cols)
+    ops = [_matrix(rng, [min(row[s], width) for row in lengths], cols, pool) for s in range(n)]
+    kernel = _kernel(n)
+    with cflags(flags):
+        got = kernel(threads=threads, **dict(zip("ABC", ops)))
+    _check(got, ops)
+    assert _takes_helper(kernel)
+
+
+@pytest.mark.parametrize("flags", list(CFLAGS))
+@pytest.mark.parametrize("width", [65, 511, 512, 513, 1024, 1025])
+def test_window_edges(flags: str, width: int) -> None:
+    """Rows filling every column of [0, width): the helper's last window of 512 columns
+    holds from width - 1 columns down to just one."""
+    rng = np.random.default_rng(width)
+    full = _matrix(rng, [width], width, np.arange(width))
+    sparse = _matrix(rng, [width // 3], width, np.arange(width))
+    kernel = _kernel(3)
+    with cflags(flags):
+        got = kernel(A=sparse, B=full, C=sparse)
+    _check(got, [sparse, full, sparse])
+    assert _takes_helper(kernel)
+
+
+@pytest.mark.parametrize("flags", list(CFLAGS))
+@pytest.mark.parametrize("length", [1, 5, 10, 21, 22, 30, 40])
 def test_order_of_additions(flags: str, length: int) -> None:
     """Every column in all three operands: (1e16 + 1) - 1e16 is 0.0 in the sum's order and
     1.0 in another; a lone -0.0 stays -0.0, and -0.0 + 0.0 is 0.0."""

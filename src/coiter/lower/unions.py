@@ -1,4 +1,4 @@
-"""Rows of a sum of sparse vectors formed by a sorting network.
+"""Rows of a sum of sparse vectors formed by a sorting network or a window of columns.
 
 ``D(i,j) = A(i,j) + B(i,j) + C(i,j)`` over CSR operands merges, for each row, two or three
 sorted runs of coordinates. The merge loop takes one or two branches per entry on which
@@ -9,9 +9,12 @@ Where a row's runs hold at most 64 entries in all, the C prelude's ``coiter_unio
 forms the whole row without a branch per entry: it sorts the runs' coordinates together
 with a sorting network (keys carry each entry's run, so equal coordinates keep the sum's
 order), adds the values of equal coordinates in that order (``-0.0`` where a run lacks
-one, which changes no sum) and compresses the row into the result. The values are the
-merge's, bit for bit. The merge loops still follow for longer rows; after the helper their
-iterators stand at their ends and the loops do not run.
+one, which changes no sum) and compresses the row into the result. Longer rows whose
+coordinates span at most 8 columns an entry are added run after run into windows of 512
+columns and compressed out of them (``coiter_union_span``; mbeacxc 0.73 -> 0.29 ms). The
+values are the merge's, bit for bit. The merge loops still follow for other rows; after
+the helper (``coiter_union_takes`` chooses per row) their iterators stand at their ends and
+the loops do not run.
 
 The lowering (``_union_row`` in :mod:`.lower`) takes the helper where a merge qualifies: a
 kernel that assembles and computes its result at once, a plain assignment of a
@@ -19,7 +22,8 @@ left-to-right sum of two or three input accesses (no scaling, no other terms) to
 whose last level appends, every operand and the result with ``double`` values, 32-bit
 coordinates and zero fill (an absent entry adds nothing), each operand's run read at its
 own last level (so a position indexes its values) from an ordered, unique level. The helper
-needs AVX-512 and coordinates below 2^25 (checked per call); elsewhere the merge runs.
+needs AVX-512, and coordinates below 2^25 for the sorting network (checked per row);
+elsewhere the merge runs.
 
 Old and new kernels in one process on the benchmark's SpAdd3 operands (A, A with rows
 shuffled, A with columns shuffled; 1 thread, ms, merge -> helper): add32 0.52 -> 0.26,
@@ -32,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..concrete.stmt import Assign as CAssign, Stmt
-from ..ir.nodes import Assign, Bin, Block, Call, Const, If, IRExpr, IRStmt, Var, add
+from ..ir.nodes import Assign, Bin, Block, Call, Const, If, IRExpr, IRStmt, Var
 from ..notation.ast import Access, Add, Expr
 
 MAX_RUNS = 3  # runs the helper merges
@@ -67,7 +71,7 @@ def sum_terms(body: Stmt) -> list[Access] | None:
 
 
 def union_row(runs: list[Run], out_crd: str, out_vals: str, counter: str, extent: IRExpr) -> IRStmt:
-    """``if (COITER_UNION_FITS(entries, extent)) { counter += coiter_union_sum3(...); p = end
+    """``if (coiter_union_takes(runs, extent)) { counter += coiter_union_sum3(...); p = end
     for each run; }``: the row formed at once, written at the result's next position (room
     for every entry of the runs is reserved before), the merge loops left with nothing to do."""
     lengths = [Bin("-", Var(r.end), Var(r.p)) for r in runs]
@@ -76,11 +80,9 @@ def union_row(runs: list[Run], out_crd: str, out_vals: str, counter: str, extent
         args += [Bin("+", Var(r.crd), Var(r.p)), Bin("+", Var(r.vals), Var(r.p)), n]
     for _ in range(MAX_RUNS - len(runs)):  # an empty run: its pointers are never read
         args += [args[0], args[1], Const(0)]
+    takes = [a for k, a in enumerate(args) if k % 3 != 1]  # each run's coordinates and length
     args += [Bin("+", Var(out_crd), Var(counter)), Bin("+", Var(out_vals), Var(counter))]
-    total = lengths[0]
-    for n in lengths[1:]:
-        total = add(total, n)
-    return If(Call("COITER_UNION_FITS", (total, extent)), Block((
+    return If(Call("coiter_union_takes", (*takes, extent)), Block((
         Assign(Var(counter), Call("coiter_union_sum3", tuple(args)), "+="),
         *(Assign(Var(r.p), Var(r.end)) for r in runs),
     )))
