@@ -4,11 +4,12 @@ C prelude, coiter/lower/unions.py) instead of a merge loop.
 The values must be bit for bit the merge's: each coordinate's stored values added in the
 sum's order, nothing added for an operand without the coordinate (so -0.0 stays -0.0, and
 inf and NaN propagate as the merge's additions do). The reference here adds them one by one
-in Python. Row sizes straddle the helper's register counts (16, 32 and 64 entries in all)
-and pass them (longer rows take its windows of columns where they span few columns an entry,
-the merge where not); column counts straddle its coordinate limit for short rows (2^25);
-every case runs with and without AVX-512 (``-mno-avx512f``: the merge only) and at 1 and 2
-threads."""
+in Python. Row sizes straddle the helper's register counts (8, 16, 32 and 64 entries in
+all) and pass them (longer rows take its windows of columns where they span few columns an
+entry, the merge where not); column counts straddle its coordinate limit for short rows
+(2^25); operands have 32- or 64-bit indices (the helper narrows the latter's coordinates);
+rows of operands that share a pattern merge; every case runs with and without AVX-512
+(``-mno-avx512f``: the merge only) and at 1 and 2 threads."""
 from __future__ import annotations
 
 import itertools
@@ -28,6 +29,8 @@ VALUES = [-0.0, 0.0, 1.5, -2.25, 1e300, np.inf, -np.inf, np.nan, 0.1, -0.7]
 LENGTHS = [0, 1, 2, 5, 8, 11, 16, 17, 21, 22, 30, 40]
 # longer rows: totals past 64 that span both fewer and more than 8 columns an entry
 LONG_LENGTHS = [0, 3, 30, 65, 120, 400, 900]
+# operands' index types: the helper narrows int64 runs' coordinates
+INDICES = [np.int32, np.int64]
 
 
 def _kernel(n: int, result: str = "csr", operands: str = "csr") -> coiter.Kernel:
@@ -84,14 +87,15 @@ def _check(got: coiter.Tensor, ops: list[sp.csr_array]) -> None:
 @settings(max_examples=25, deadline=None)
 @given(n=st.sampled_from([2, 3]), seed=st.integers(0, 2**32 - 1),
        lengths=st.lists(st.tuples(*[st.sampled_from(LENGTHS)] * 3), min_size=1, max_size=10),
-       cols=st.sampled_from([50, 3000, 2**25 - 1, 2**25, 2**27 + 48]), threads=st.sampled_from([1, 2]))
+       cols=st.sampled_from([50, 3000, 2**25 - 1, 2**25, 2**27 + 48]), threads=st.sampled_from([1, 2]),
+       indices=st.tuples(*[st.sampled_from(INDICES)] * 3))
 def test_sum_rows_bit_for_bit(flags: str, n: int, seed: int, lengths: list[tuple[int, int, int]],
-                              cols: int, threads: int) -> None:
+                              cols: int, threads: int, indices: tuple[type, type, type]) -> None:
     rng = np.random.default_rng(seed)
     # the last 48 columns: both sides of the helper's coordinate limit (2^25), and past
     # where keys of one register would overflow (2^27)
     pool = np.arange(cols - 48, cols)
-    ops = [_matrix(rng, [row[s] for row in lengths], cols, pool) for s in range(n)]
+    ops = [_matrix(rng, [row[s] for row in lengths], cols, pool, indices[s]) for s in range(n)]
     kernel = _kernel(n)
     with cflags(flags):
         got = kernel(threads=threads, **dict(zip("ABC", ops)))
@@ -104,21 +108,48 @@ def test_sum_rows_bit_for_bit(flags: str, n: int, seed: int, lengths: list[tuple
 @given(n=st.sampled_from([2, 3]), seed=st.integers(0, 2**32 - 1),
        lengths=st.lists(st.tuples(*[st.sampled_from(LONG_LENGTHS)] * 3), min_size=1, max_size=6),
        width=st.sampled_from([90, 511, 512, 513, 1500, 6000]), last=st.booleans(),
-       threads=st.sampled_from([1, 2]))
+       threads=st.sampled_from([1, 2]), indices=st.tuples(*[st.sampled_from(INDICES)] * 3))
 def test_long_rows_bit_for_bit(flags: str, n: int, seed: int, lengths: list[tuple[int, int, int]],
-                               width: int, last: bool, threads: int) -> None:
+                               width: int, last: bool, threads: int,
+                               indices: tuple[type, type, type]) -> None:
     """Rows of more than 64 entries: within 8 columns an entry they take the helper's
     windows of 512 columns (spans across several windows, and up to the greatest int32
-    coordinate), wider ones the merge."""
+    coordinate), wider ones the merge, as do all such rows of operands with int64 indices."""
     rng = np.random.default_rng(seed)
     cols = 2**31 - 2 if last else width + 7  # the most columns int32 results take
     pool = np.arange(cols - width, cols)
-    ops = [_matrix(rng, [min(row[s], width) for row in lengths], cols, pool) for s in range(n)]
+    ops = [_matrix(rng, [min(row[s], width) for row in lengths], cols, pool, indices[s])
+           for s in range(n)]
     kernel = _kernel(n)
     with cflags(flags):
         got = kernel(threads=threads, **dict(zip("ABC", ops)))
     _check(got, ops)
     assert _takes_helper(kernel)
+
+
+@pytest.mark.parametrize("flags", list(CFLAGS))
+@pytest.mark.parametrize("index", INDICES)
+def test_rows_alike(flags: str, index: type) -> None:
+    """Operands of one pattern (A + 2A + A'), whose rows of more than 16 entries merge, and
+    rows that only begin and end alike."""
+    rng = np.random.default_rng(13)
+    lengths = [0, 1, 5, 6, 17, 40, 100, 300]
+    a = _matrix(rng, lengths, 400, np.arange(400), index)
+    b = sp.csr_array((2 * a.data, a.indices, a.indptr), shape=a.shape)
+    c = sp.csr_array((rng.standard_normal(a.nnz), a.indices, a.indptr), shape=a.shape)
+    # same lengths, first and last columns, other columns between
+    d = a.copy()
+    for i, n in enumerate(lengths):
+        if n > 2:
+            inner = np.sort(rng.choice(np.arange(d.indices[d.indptr[i]] + 1, d.indices[d.indptr[i + 1] - 1]),
+                                       size=n - 2, replace=False))
+            d.indices[d.indptr[i] + 1:d.indptr[i + 1] - 1] = inner
+    kernel, pair = _kernel(3), _kernel(2)
+    with cflags(flags):
+        for ops in ([a, b, c], [a, d, c], [a, b, d]):
+            _check(kernel(**dict(zip("ABC", ops))), ops)
+        _check(pair(A=a, B=b), [a, b])
+    assert _takes_helper(kernel) and _takes_helper(pair)
 
 
 @pytest.mark.parametrize("flags", list(CFLAGS))
@@ -158,7 +189,7 @@ def test_order_of_additions(flags: str, length: int) -> None:
 @pytest.mark.parametrize("result, operands", [("dcsr", "csr"), ("csr", "dcsr"), ("dcsr", "dcsr")])
 @pytest.mark.parametrize("index", [np.int32, np.int64])
 def test_other_formats(flags: str, result: str, operands: str, index: type) -> None:
-    """DCSR results and operands; 64-bit indices (the merge only)."""
+    """DCSR results and operands; 64-bit indices."""
     rng = np.random.default_rng(7)
     lengths = [[rng.choice(LENGTHS) if rng.random() < 0.8 else 0 for _ in range(40)] for _ in range(3)]
     ops = [_matrix(rng, lengths[s], 200, np.arange(200), index) for s in range(3)]
@@ -166,7 +197,7 @@ def test_other_formats(flags: str, result: str, operands: str, index: type) -> N
     with cflags(flags):
         got = kernel(**dict(zip("ABC", ops)))
     _check(got, ops)
-    assert _takes_helper(kernel) or index is np.int64
+    assert _takes_helper(kernel)
 
 
 def test_tensor_fibers() -> None:

@@ -1021,10 +1021,10 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             at = self.names(t, it.level)
             if (it.slice is not None or it in self.views or it in self.fused
                     or it.level != self.decls[t].order - 1 or not (level.ordered and level.unique)
-                    or self.itype[t] != "int32_t" or self.vtype[t] != "double"
+                    or self.itype[t] not in ("int32_t", "int64_t") or self.vtype[t] != "double"
                     or level.pos_access(at, Var(p)) != Load(at.array("crd"), Var(p))):
                 return []
-            runs.append(Run(at.array("crd"), self.vals(t), p, end))
+            runs.append(Run(at.array("crd"), self.vals(t), p, end, self.itype[t] == "int64_t"))
         return [union_row(runs, crd, self.vals(self.result), g.counter, extent)]
 
     def _pattern_segment(self, a: Access, g: _Group, scope: Scope) -> tuple[IRExpr, IRExpr]:

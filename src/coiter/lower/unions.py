@@ -50,6 +50,7 @@ class Run:
     vals: str
     p: str
     end: str
+    wide: bool  # int64 coordinates
 
 
 def sum_terms(body: Stmt) -> list[Access] | None:
@@ -78,11 +79,13 @@ def union_row(runs: list[Run], out_crd: str, out_vals: str, counter: str, extent
     args: list[IRExpr] = []
     for r, n in zip(runs, lengths):
         args += [Bin("+", Var(r.crd), Var(r.p)), Bin("+", Var(r.vals), Var(r.p)), n]
+    padded = runs + [runs[0]] * (MAX_RUNS - len(runs))
     for _ in range(MAX_RUNS - len(runs)):  # an empty run: its pointers are never read
         args += [args[0], args[1], Const(0)]
+    wide = Const(sum(1 << s for s, r in enumerate(padded) if r.wide))
     takes = [a for k, a in enumerate(args) if k % 3 != 1]  # each run's coordinates and length
     args += [Bin("+", Var(out_crd), Var(counter)), Bin("+", Var(out_vals), Var(counter))]
-    return If(Call("coiter_union_takes", (*takes, extent)), Block((
-        Assign(Var(counter), Call("coiter_union_sum3", tuple(args)), "+="),
+    return If(Call("coiter_union_takes", (wide, *takes, extent)), Block((
+        Assign(Var(counter), Call("coiter_union_sum3", (wide, *args)), "+="),
         *(Assign(Var(r.p), Var(r.end)) for r in runs),
     )))
