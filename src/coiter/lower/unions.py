@@ -19,11 +19,14 @@ the loops do not run.
 The lowering (``_union_row`` in :mod:`.lower`) takes the helper where a merge qualifies: a
 kernel that assembles and computes its result at once, a plain assignment of a
 left-to-right sum of two or three input accesses (no scaling, no other terms) to a result
-whose last level appends, every operand and the result with ``double`` values, 32-bit
-coordinates and zero fill (an absent entry adds nothing), each operand's run read at its
-own last level (so a position indexes its values) from an ordered, unique level. The helper
-needs AVX-512, and coordinates below 2^25 for the sorting network (checked per row);
-elsewhere the merge runs.
+whose last level appends, every operand and the result with ``double`` values and zero
+fill (an absent entry adds nothing), the result with 32-bit coordinates, each operand's run
+read at its own last level (so a position indexes its values) from an ordered, unique level
+with 32- or 64-bit coordinates (the helper narrows the latter's rows of at most 64 entries
+and leaves longer ones to the merge). The helper needs AVX-512, and coordinates below 2^25
+for the sorting network (checked per row); elsewhere the merge runs. Rows of more than 16
+entries whose runs look alike (operands sharing a pattern) merge: their merge mispredicts
+nothing.
 
 Old and new kernels in one process on the benchmark's SpAdd3 operands (A, A with rows
 shuffled, A with columns shuffled; 1 thread, ms, merge -> helper): add32 0.52 -> 0.26,
