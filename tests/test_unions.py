@@ -83,6 +83,16 @@ def _check(got: coiter.Tensor, ops: list[sp.csr_array]) -> None:
     np.testing.assert_array_equal(out.data.view(np.int64), data.view(np.int64))
 
 
+def _sum_and_check(flags: str, ops: list[sp.csr_array], threads: int = 1) -> None:
+    """The operands' sum by a kernel built with ``CFLAGS[flags]``, on ``threads`` threads,
+    checked bit for bit; the kernel's code calls the helper."""
+    kernel = _kernel(len(ops))
+    with cflags(flags):
+        got = kernel(threads=threads, **dict(zip("ABC", ops)))
+    _check(got, ops)
+    assert _takes_helper(kernel)
+
+
 @pytest.mark.parametrize("flags", list(CFLAGS))
 @settings(max_examples=25, deadline=None)
 @given(n=st.sampled_from([2, 3]), seed=st.integers(0, 2**32 - 1),
@@ -96,11 +106,7 @@ def test_sum_rows_bit_for_bit(flags: str, n: int, seed: int, lengths: list[tuple
     # where keys of one register would overflow (2^27)
     pool = np.arange(cols - 48, cols)
     ops = [_matrix(rng, [row[s] for row in lengths], cols, pool, indices[s]) for s in range(n)]
-    kernel = _kernel(n)
-    with cflags(flags):
-        got = kernel(threads=threads, **dict(zip("ABC", ops)))
-    _check(got, ops)
-    assert _takes_helper(kernel)
+    _sum_and_check(flags, ops, threads)
 
 
 @pytest.mark.parametrize("flags", list(CFLAGS))
@@ -120,11 +126,7 @@ def test_long_rows_bit_for_bit(flags: str, n: int, seed: int, lengths: list[tupl
     pool = np.arange(cols - width, cols)
     ops = [_matrix(rng, [min(row[s], width) for row in lengths], cols, pool, indices[s])
            for s in range(n)]
-    kernel = _kernel(n)
-    with cflags(flags):
-        got = kernel(threads=threads, **dict(zip("ABC", ops)))
-    _check(got, ops)
-    assert _takes_helper(kernel)
+    _sum_and_check(flags, ops, threads)
 
 
 @pytest.mark.parametrize("flags", list(CFLAGS))
@@ -160,11 +162,7 @@ def test_window_edges(flags: str, width: int) -> None:
     rng = np.random.default_rng(width)
     full = _matrix(rng, [width], width, np.arange(width))
     sparse = _matrix(rng, [width // 3], width, np.arange(width))
-    kernel = _kernel(3)
-    with cflags(flags):
-        got = kernel(A=sparse, B=full, C=sparse)
-    _check(got, [sparse, full, sparse])
-    assert _takes_helper(kernel)
+    _sum_and_check(flags, [sparse, full, sparse])
 
 
 @pytest.mark.parametrize("flags", list(CFLAGS))
