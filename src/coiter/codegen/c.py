@@ -454,8 +454,8 @@ static void coiter_sort_network(int64_t* restrict a, int64_t n) {{
 """),
     (('coiter_union_sum3', 'coiter_union_takes'), """\
 /* A row of a sum of sparse vectors, A(j) + B(j) + C(j), from up to three sorted runs of
-   coordinates (int32) and double values (lower/unions.py). Rows of at most 64 entries in
-   all: each entry's key is its coordinate shifted left past its lane in the
+   coordinates (int32, or int64 narrowed: coiter_union_sum3) and double values
+   (lower/unions.py). Rows of at most 64 entries in all: each entry's key is its coordinate shifted left past its lane in the
    runs laid end to end, so that a sorting network orders the keys by coordinate and equal
    coordinates by run; lanes that repeat the previous lane's coordinate are dropped, and the
    others add the next one or two lanes' values where those hold the same coordinate, -0.0
@@ -701,10 +701,7 @@ static inline __attribute__((always_inline)) int64_t coiter_union_sum32(
   if (total <= 16) return coiter_union_lanes(1, c, v, len, oc, ov);
   return coiter_union_long3(c, v, len, oc, ov);
 }}
-/* The kernels' entry points. wide: bit s set where run s has int64 coordinates (SciPy keeps
-   the int64 indices it is given), a constant of the kernel. Rows with such runs take the
-   helpers where they hold at most 64 entries, on int32 copies of those runs' coordinates
-   (below 2^25 then); longer ones merge */
+/* coordinate k of run c, int64 where wide */
 static inline int64_t coiter_union_crd(const void* c, int wide, int64_t k) {{
   return wide ? ((const int64_t*)c)[k] : ((const int32_t*)c)[k];
 }}
@@ -721,6 +718,10 @@ static inline int coiter_union_alike(int wide, const void* c0, int64_t n0, const
          && (n2 == 0 || (coiter_union_crd(c2, wide & 4, 0) == first
                          && coiter_union_crd(c2, wide & 4, n0 - 1) == last));
 }}
+/* The kernels' entry points. wide: bit s set where run s has int64 coordinates (SciPy keeps
+   the int64 indices it is given), a constant of the kernel. Rows with such runs take the
+   helpers where they hold at most 64 entries, on int32 copies of those runs' coordinates
+   (below 2^25 then); longer ones merge */
 static inline __attribute__((always_inline)) int coiter_union_takes(
     int wide, const void* c0, int64_t n0, const void* c1, int64_t n1, const void* c2, int64_t n2,
     int64_t dim) {{
