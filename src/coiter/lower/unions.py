@@ -75,16 +75,16 @@ def sum_terms(body: Stmt) -> list[Access] | None:
 
 
 def union_row(runs: list[Run], out_crd: str, out_vals: str, counter: str, extent: IRExpr) -> IRStmt:
-    """``if (coiter_union_takes(runs, extent)) { counter += coiter_union_sum3(...); p = end
-    for each run; }``: the row formed at once, written at the result's next position (room
-    for every entry of the runs is reserved before), the merge loops left with nothing to do."""
-    lengths = [Bin("-", Var(r.end), Var(r.p)) for r in runs]
-    args: list[IRExpr] = []
-    for r, n in zip(runs, lengths):
-        args += [Bin("+", Var(r.crd), Var(r.p)), Bin("+", Var(r.vals), Var(r.p)), n]
+    """``if (coiter_union_takes(wide, runs, extent)) { counter += coiter_union_sum3(wide,
+    ...); p = end for each run; }``: the row formed at once, written at the result's next
+    position (room for every entry of the runs is reserved before), the merge loops left with
+    nothing to do. ``wide``: bit s set where run s has int64 coordinates."""
+    # missing runs: run 0's pointers with no entries, never read
     padded = runs + [runs[0]] * (MAX_RUNS - len(runs))
-    for _ in range(MAX_RUNS - len(runs)):  # an empty run: its pointers are never read
-        args += [args[0], args[1], Const(0)]
+    lengths = [Bin("-", Var(r.end), Var(r.p)) for r in runs] + [Const(0)] * (MAX_RUNS - len(runs))
+    args: list[IRExpr] = []
+    for r, n in zip(padded, lengths):
+        args += [Bin("+", Var(r.crd), Var(r.p)), Bin("+", Var(r.vals), Var(r.p)), n]
     wide = Const(sum(1 << s for s, r in enumerate(padded) if r.wide))
     takes = [a for k, a in enumerate(args) if k % 3 != 1]  # each run's coordinates and length
     args += [Bin("+", Var(out_crd), Var(counter)), Bin("+", Var(out_vals), Var(counter))]
