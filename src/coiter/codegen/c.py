@@ -470,6 +470,16 @@ static inline uint32_t coiter_lanes(int64_t lo, int64_t hi, int64_t base, int64_
   b = b > w ? w : b;
   return b > a ? ((1u << b) - 1) & ~((1u << a) - 1) : 0;
 }}
+/* cur's lanes plus, where e1 / e2 is set, the values one / two lanes on (next continues
+   cur); -0.0 where not, which changes no sum */
+static inline __m512d coiter_union_add_next(__m512d cur, __m512d next, __mmask8 e1, __mmask8 e2) {{
+  const __m512d nz = _mm512_set1_pd(-0.0);
+  const __m512i c = _mm512_castpd_si512(cur), n = _mm512_castpd_si512(next);
+  const __m512d one = _mm512_castsi512_pd(_mm512_alignr_epi64(n, c, 1));
+  const __m512d two = _mm512_castsi512_pd(_mm512_alignr_epi64(n, c, 2));
+  return _mm512_add_pd(_mm512_add_pd(cur, _mm512_mask_blend_pd(e1, nz, one)),
+                       _mm512_mask_blend_pd(e2, nz, two));
+}}
 /* R registers of 16 keys (R = 1, 2, 4): coordinates below 2^(31 - 4 - log2 R) */
 static inline __attribute__((always_inline)) int64_t coiter_union_lanes(
     const int R, const int32_t* const* c, const double* const* v, const int64_t* len,
@@ -543,12 +553,8 @@ static inline __attribute__((always_inline)) int64_t coiter_union_lanes(
                              _mm512_maskz_compress_epi32(start, crd[r]));
     for (int h = 0; h < 2; h++) {{
       int g = 2 * r + h;
-      __m512i cur = _mm512_castpd_si512(sorted[g]);
-      __m512i next = _mm512_castpd_si512(g + 1 < 2 * R ? sorted[g + 1] : nz);
-      __m512d t = _mm512_add_pd(sorted[g], _mm512_mask_blend_pd((__mmask8)(e1 >> (8 * h)), nz,
-                                _mm512_castsi512_pd(_mm512_alignr_epi64(next, cur, 1))));
-      t = _mm512_add_pd(t, _mm512_mask_blend_pd((__mmask8)(e2 >> (8 * h)), nz,
-                        _mm512_castsi512_pd(_mm512_alignr_epi64(next, cur, 2))));
+      __m512d t = coiter_union_add_next(sorted[g], g + 1 < 2 * R ? sorted[g + 1] : nz,
+                                        (__mmask8)(e1 >> (8 * h)), (__mmask8)(e2 >> (8 * h)));
       __mmask8 keep = (__mmask8)(start >> (8 * h));
       _mm512_mask_storeu_pd(ov + written, (__mmask8)((1u << __builtin_popcount(keep)) - 1),
                             _mm512_maskz_compress_pd(keep, t));
@@ -674,11 +680,7 @@ static inline __attribute__((always_inline)) int64_t coiter_union_lanes8(
   const __mmask8 start = _mm256_mask_cmpneq_epi32_mask(real, crd, _mm256_alignr_epi32(crd, none, 7));
   const __mmask8 e1 = _mm256_cmpeq_epi32_mask(crd, _mm256_alignr_epi32(none, crd, 1));
   const __mmask8 e2 = _mm256_cmpeq_epi32_mask(crd, _mm256_alignr_epi32(none, crd, 2));
-  const __m512d nz = _mm512_set1_pd(-0.0);
-  const __m512i cur = _mm512_castpd_si512(sorted), nzi = _mm512_castpd_si512(nz);
-  __m512d t = _mm512_add_pd(sorted, _mm512_mask_blend_pd(
-      e1, nz, _mm512_castsi512_pd(_mm512_alignr_epi64(nzi, cur, 1))));
-  t = _mm512_add_pd(t, _mm512_mask_blend_pd(e2, nz, _mm512_castsi512_pd(_mm512_alignr_epi64(nzi, cur, 2))));
+  const __m512d t = coiter_union_add_next(sorted, _mm512_set1_pd(-0.0), e1, e2);
   const int n = __builtin_popcount(start);
   _mm256_mask_storeu_epi32(oc, (__mmask8)((1u << n) - 1), _mm256_maskz_compress_epi32(start, crd));
   _mm512_mask_storeu_pd(ov, (__mmask8)((1u << n) - 1), _mm512_maskz_compress_pd(start, t));
