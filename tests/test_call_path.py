@@ -190,7 +190,7 @@ def test_default_threads_follow_the_work() -> None:
     rows of a dynamic chunk."""
     source = preamble("INT32_MAX") + """
 int threads_for(int64_t n, int64_t work) { return coiter_threads(n, work); }
-int64_t chunk_for(int64_t rows, int64_t threads) { return coiter_chunk_rows(rows, threads); }
+int64_t chunk_for(int64_t rows, int64_t threads, int64_t work) { return coiter_chunk_rows(rows, threads, work); }
 int max_threads(void) {
 #ifdef _OPENMP
   return omp_get_max_threads();
@@ -205,11 +205,16 @@ int max_threads(void) {
     for n, work, expected in [(3, 10, 3), (1, 10**9, 1), (0, 10, 1), (0, WORK_PER_THREAD - 1, 1),
                               (0, 2 * WORK_PER_THREAD, min(2, most)), (0, 10**12, most)]:
         assert lib.threads_for(n, work) == expected, (n, work)
-    # dynamic chunks: about 16 per thread, between 64 and 2048 rows
-    lib.chunk_for.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    # dynamic chunks: about 16 per thread, between 64 and 2048 rows; rows of more than 64 units
+    # of work each take chunks of at least 4096 units (a 25-row loop of 5600 units a row takes
+    # one row at a time, not all 25 on one thread)
+    lib.chunk_for.argtypes = [ctypes.c_int64] * 3
     lib.chunk_for.restype = ctypes.c_int64
-    for rows, threads, expected in [(10, 2, 64), (4884, 2, 152), (10**7, 2, 2048), (10**6, 0, 2048)]:
-        assert lib.chunk_for(rows, threads) == expected, (rows, threads)
+    for rows, threads, work, expected in [(10, 2, 10, 64), (4884, 2, 50000, 152), (10**7, 2, 10**8, 2048),
+                                          (10**6, 0, 10**6, 2048), (0, 2, 0, 64), (10, 2, 640, 64),
+                                          (10, 2, 650, 63), (496, 2, 50912, 40), (25, 2, 140000, 1),
+                                          (10**4, 2, 10**12, 312)]:
+        assert lib.chunk_for(rows, threads, work) == expected, (rows, threads, work)
 
 
 def test_a_late_team_sends_the_next_calls_to_one_thread() -> None:

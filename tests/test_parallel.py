@@ -52,6 +52,21 @@ def test_parallel_results_match_scipy() -> None:
                                a @ b, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("threads", [None, 1, 2, 3])
+def test_few_long_rows_match_scipy(threads: int | None) -> None:
+    """A few rows heavy enough to take chunks of one row each (coiter_chunk_rows), on any
+    number of threads (None: the default count)."""
+    rng = np.random.default_rng(2)
+    a = sp.random(25, 12000, density=0.4, random_state=2, format="csr")
+    x = rng.standard_normal(12000)
+    b = rng.standard_normal((12000, 4))
+    chosen = {} if threads is None else {"threads": threads}
+    spmv = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": coiter.csr})
+    spmm = coiter.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": coiter.csr})
+    np.testing.assert_allclose(spmv(A=a, x=x, **chosen).to_numpy(), a @ x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(spmm(A=a, B=b, **chosen).to_numpy(), a @ b, rtol=1e-12, atol=1e-12)
+
+
 def test_parallel_loops_run_by_chunks_of_one_out_of_line_function() -> None:
     """GCC's outlining of an OpenMP loop drops restrict (SpMM in a region ran 4.6x slower),
     and a loop inlined into both the region and its serial copy compiles twice: the loop's

@@ -123,10 +123,17 @@ static inline int64_t coiter_call_threads(int64_t n) {{ return n; }}
 # helper) names them: the names each defines, and its text (formatted like HEAD).
 HELPERS: tuple[tuple[tuple[str, ...], str], ...] = (
     (('coiter_chunk_rows',), """\
-/* rows per dynamic chunk of a loop of n rows on t threads: about 16 chunks per thread */
-static inline int64_t coiter_chunk_rows(int64_t n, int64_t t) {{
+/* rows per dynamic chunk of a loop of n rows on t threads that do `work` units in all
+   (coiter_work): about 16 chunks per thread, at most 2048 rows and at least 64, or fewer where
+   rows hold more than 64 units each: then a chunk needs only 4096 units (a few microseconds) to
+   pay for taking it. A loop of a few long rows (an LP matrix of 25 rows, 5000 entries each) in
+   one 64-row chunk left every thread but one idle */
+static inline int64_t coiter_chunk_rows(int64_t n, int64_t t, int64_t work) {{
   int64_t c = n / (16 * (t > 0 ? t : 1));
-  return c < 64 ? 64 : (c > 2048 ? 2048 : c);
+  int64_t per_row = n > 0 ? work / n : 0;
+  int64_t least = per_row > 64 ? 4096 / per_row : 64;
+  if (least < 1) least = 1;
+  return c < least ? least : (c > 2048 ? 2048 : c);
 }}
 """),
     (('coiter_balanced_start',), """\
