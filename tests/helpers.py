@@ -16,7 +16,10 @@ from coiter.runtime.compiler import DEFAULT_CFLAGS
 # even on a processor whose gathers are slow (COITER_FAST_GATHER, C prelude)
 _HELPERS = " -DCOITER_FAST_GATHER=1"
 CFLAGS = {"native": DEFAULT_CFLAGS + _HELPERS,
-          "no-avx512": DEFAULT_CFLAGS + " -mno-avx512f" + _HELPERS}
+          "no-avx512": DEFAULT_CFLAGS + " -mno-avx512f" + _HELPERS,
+          # slow gathers: the short-run helper reads whole runs with plain loads (where the
+          # processor has AVX2, as this project's machines do; the loop elsewhere)
+          "plain-loads": DEFAULT_CFLAGS + " -DCOITER_FAST_GATHER=0"}
 
 
 @contextmanager

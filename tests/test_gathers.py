@@ -12,7 +12,8 @@ import pytest
 import scipy.sparse as sp
 
 import coiter
-from coiter.lower.gathers import GATHER_AHEAD
+from coiter.lower.gathers import GATHER_AHEAD, RUN_AHEAD
+from helpers import cflags
 
 LARGE = 1 << 21  # elements of a dense operand that takes the prefetching loops
 TOL = {"rtol": 1e-12, "atol": 1e-12}
@@ -37,6 +38,25 @@ def test_spmv_fetches_x_ahead(nnz: int, cols: int) -> None:
     x = np.random.default_rng(1).random(cols)
     for threads in (1, 2):
         np.testing.assert_allclose(k(A=a, x=x, threads=threads).to_numpy(), a @ x, **TOL)
+
+
+@pytest.mark.parametrize("nnz", [3, GATHER_AHEAD + 2, 20000])
+def test_short_runs_fetch_x_ahead(nnz: int) -> None:
+    """Rows of 1.5 to 6 entries on average, summed by the short-run helper: before each call,
+    x at the coordinates RUN_AHEAD positions past the row's start, while they lie below the
+    positions stored."""
+    rows = max(1, nnz // 3)
+    with cflags("plain-loads"):
+        k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+        for cols in (60, LARGE):
+            a = _random_csr(rows, cols, nnz, seed=nnz)
+            x = np.random.default_rng(3).random(cols)
+            for threads in (1, 2):
+                np.testing.assert_allclose(k(A=a, x=x, threads=threads).to_numpy(), a @ x, **TOL)
+    source = "".join(v.source for v in k.core.variants())
+    for ahead in RUN_AHEAD:
+        assert f"if (A2_pos[i] + {ahead} < A2_stored) {{\n" \
+               f"        __builtin_prefetch(&x_vals[A2_crd[A2_pos[i] + {ahead}]]);" in source
 
 
 def test_csc_result_fetched_for_writing() -> None:

@@ -2,9 +2,12 @@
 
 The helper must add a run's products one by one in position order, as the loop does: every
 result equals, bit for bit, a Python sum in that order, for both index widths, both settings
-of the single-runs flag (runs averaging under 1.5 positions or not), 1 and 2 threads. Values
-span 16 orders of magnitude so that another order would show."""
+of the single-runs flag (runs averaging under 1.5 positions or not), 1 and 2 threads, and both
+helpers: the one that gathers (fast gathers) and the one that reads four positions whole with
+plain loads. Values span 16 orders of magnitude so that another order would show."""
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -15,9 +18,16 @@ import coiter
 from coiter.codegen.c import preamble
 from coiter.lower.short_runs import SHORT_RUN
 from coiter.runtime.compiler import load_library
-from helpers import csr_with_lengths, row_sums_in_order, spread_values
+from helpers import cflags, csr_with_lengths, row_sums_in_order, spread_values
 
-pytestmark = pytest.mark.usefixtures("gather_helpers")  # the helper on any processor
+
+@pytest.fixture(scope="module", autouse=True, params=["native", "plain-loads"])
+def helper(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Kernels built meanwhile take the gathering helper (on any processor) or the one with
+    plain loads (COITER_FAST_GATHER=0)."""
+    with cflags(request.param):
+        yield request.param
+
 
 SPMV = "y(i) = A(i,j) * x(j)"
 # run lengths drawn per kind of operand: nearly all single (under 2.25 a run: rows go eight
@@ -47,10 +57,11 @@ def test_short_runs_add_in_the_loops_order(seed: int, kind: str, rows: int, inde
     assert f"coiter_run_dot_{'i32' if index == np.int32 else 'i64'}(" in _source(k)
 
 
-def test_lanes_past_a_run_read_nothing() -> None:
-    """Lanes past a run are masked: an infinite or NaN x[0] (where masked lanes' coordinates
-    would point) reaches only the rows that store column 0, and a row summing to -0.0 keeps
-    its sign as the loop's does (the loop starts from +0.0)."""
+def test_lanes_past_a_run_add_nothing() -> None:
+    """Lanes past a run add nothing, whether masked (the gathering helper, whose masked lanes'
+    coordinates point at x[0]) or read from the next run (plain loads): an infinite or NaN
+    x[0] reaches only the rows that store column 0, and a row summing to -0.0 keeps its sign
+    as the loop's does (the loop starts from +0.0)."""
     # 2.31 entries a row on average: the short-runs flag is set
     a = sp.csr_array(np.array([[0.0, 2.0, 0.0, 3.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, -1.0, 0.0],
                                [0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 4.0, 5.0]]
@@ -63,6 +74,41 @@ def test_lanes_past_a_run_read_nothing() -> None:
         assert np.isfinite(np.delete(got, 1)).all()
     got = k(A=a, x=np.array([1.0, 1.0, 0.0, 1.0])).to_numpy()
     assert np.signbit(got[2]) == np.signbit(np.float64(0.0) + -1.0 * 0.0)
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_the_next_runs_values_stay_out(bad: float) -> None:
+    """Plain loads read up to three positions past a short run: an infinite or NaN value,
+    or a coordinate at an infinite x, stored in the next rows changes only those rows."""
+    lengths = [1, 2, 3, 1, 1, 4, 2, 1, 3, 2, 1, 2]
+    a = csr_with_lengths(np.random.default_rng(7), lengths, 8, np.int32)
+    x = np.arange(1.0, 9.0)
+    k = coiter.compile(SPMV, formats={"A": "csr"})
+    bad_values = a.copy()
+    bad_values.data[a.indptr[3]:a.indptr[5]] = bad  # rows 3 and 4
+    got = k(A=bad_values, x=x).to_numpy()
+    assert np.array_equal(got, row_sums_in_order(bad_values, x), equal_nan=True)
+    assert np.isfinite(np.delete(got, [3, 4])).all()
+    column = a.indices[a.indptr[6]]  # x bad at a column of row 6: only rows storing it change
+    x[column] = bad
+    storing = [r for r in range(len(lengths)) if column in a.indices[a.indptr[r]:a.indptr[r + 1]]]
+    got = k(A=a, x=x).to_numpy()
+    assert np.array_equal(got, row_sums_in_order(a, x), equal_nan=True)
+    assert np.isfinite(np.delete(got, storing)).all()
+
+
+@pytest.mark.parametrize("last", [1, 2, 3, 4])
+def test_runs_ending_near_the_last_position(last: int) -> None:
+    """Runs whose four positions would pass the last stored one take the loop: the helper
+    never reads past the coordinates and values (also checked under the sanitizers), and
+    rows ending at the last position sum in order."""
+    rng = np.random.default_rng(last)
+    x = spread_values(rng, 12)
+    k = coiter.compile(SPMV, formats={"A": "csr"})
+    for lengths in ([4, last], [3, 2, 2, last], [3, 4, 0, last, 0]):  # 1.5 to 6 a row
+        a = csr_with_lengths(rng, lengths, 12, np.int32)
+        assert np.array_equal(k(A=a, x=x).to_numpy(), row_sums_in_order(a, x))
+    assert "coiter_run_dot_i32(" in _source(k)
 
 
 def test_ttv_fibers_sum_in_order_at_any_thread_count() -> None:
@@ -104,31 +150,38 @@ def test_only_double_products_of_a_run_and_a_gather_take_the_helper() -> None:
     assert "coiter_run_dot" not in _source(scaled)
 
 
-@pytest.mark.parametrize("flags, taken", [
-    ("-march=x86-64-v4", 1),  # AVX-512, no AMD Zen named
-    ("-march=x86-64-v4 -D__znver4__", 0),  # AVX-512 on a Zen processor: slow gathers
-    ("-march=x86-64-v3", 0),  # no AVX-512: the helpers would be the loop
-    ("-march=x86-64-v4 -D__znver3__ -DCOITER_FAST_GATHER=1", 1),  # the user decides
-    ("-march=x86-64-v4 -DCOITER_FAST_GATHER=0", 0),
+@pytest.mark.parametrize("flags, fast_gather, short_runs", [
+    ("-march=x86-64-v4", 1, 1),  # AVX-512, no AMD Zen named
+    ("-march=x86-64-v4 -D__znver4__", 0, 1),  # AVX-512 on a Zen processor: slow gathers
+    ("-march=x86-64-v3", 0, 1),  # no AVX-512: AVX2's plain loads
+    ("-march=x86-64-v2", 0, 0),  # no AVX2: the loop
+    ("-march=x86-64-v4 -D__znver3__ -DCOITER_FAST_GATHER=1", 1, 1),  # the user decides
+    ("-march=x86-64-v4 -DCOITER_FAST_GATHER=0", 0, 1),
+    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS=0", 0, 0),
 ])
-def test_the_helpers_run_where_gathers_are_fast(monkeypatch: pytest.MonkeyPatch, flags: str,
-                                                taken: int) -> None:
-    """The C prelude's COITER_FAST_GATHER, which the short- and tiny-run flags require, by the
-    processor the kernel is built for (a function returning it; nothing else runs)."""
+def test_the_helpers_run_where_they_pay(monkeypatch: pytest.MonkeyPatch, flags: str,
+                                        fast_gather: int, short_runs: int) -> None:
+    """The C prelude's COITER_FAST_GATHER, which the tiny-run flag requires, and
+    COITER_SHORT_RUNS, which the short-run flag requires, by the processor the kernel is
+    built for (functions returning them; nothing else runs)."""
     monkeypatch.setenv("COITER_CFLAGS", f"-O1 -fPIC -std=c11 {flags}")
-    source = preamble("INT32_MAX") + "int fast_gather(void) { return COITER_FAST_GATHER; }\n"
+    source = preamble("INT32_MAX") + ("int fast_gather(void) { return COITER_FAST_GATHER; }\n"
+                                      "int short_runs(void) { return COITER_SHORT_RUNS; }\n")
     lib = load_library(source)
-    assert lib.fast_gather() == taken
+    assert (lib.fast_gather(), lib.short_runs()) == (fast_gather, short_runs)
 
 
-def test_the_run_flags_require_fast_gathers() -> None:
-    """Each flag that sends a statement to a helper is false where gathers are slow, so the C
-    compiler drops that version; the long-run split, which gathers nothing, is not."""
+def test_the_run_flags_require_their_helpers() -> None:
+    """Each flag that sends a statement to a helper is false where that helper does not pay,
+    so the C compiler drops that version; the long-run split, which gathers nothing, is not.
+    The helper's bound, the positions the runs cover, is read once before the loops."""
     k = coiter.compile(SPMV, formats={"A": "csr"})
     a = csr_with_lengths(np.random.default_rng(0), [1, 2, 3, 2], 40, np.int32)
     x = np.arange(40.0)
     np.testing.assert_array_equal(k(A=coiter.Tensor.from_scipy(a), x=x).to_numpy(), a @ x)
     src = _source(k)
-    assert "bool A2_short_runs = COITER_FAST_GATHER && " in src
+    assert "int64_t A2_stored = A2_pos[A1_dimension];" in src
+    assert "bool A2_short_runs = COITER_SHORT_RUNS && " in src
     assert "bool A2_tiny_runs = COITER_FAST_GATHER && " in src
     assert "bool A2_long_runs = A2_pos" in src
+    assert "A2_pos[i + 1] - A2_pos[i], A2_stored);" in src

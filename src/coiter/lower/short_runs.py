@@ -5,48 +5,67 @@ over runs of one to four positions spends most of its time in the loop's exit br
 run lengths vary (a road network's rows, a knowledge graph's fibers) it mispredicts about
 once a run, some 15 cycles against a few for the run's arithmetic. A run of at most
 :data:`SHORT_RUN` positions is therefore summed by a helper (``coiter_run_dot_i32``/``_i64``
-in the C prelude) that reads it with masked vector loads and a masked gather, no loop, and
-adds the products to ``t`` one by one in position order: the same additions in the same
-order as the loop, so results are bit for bit those of the loop. Longer runs take the loop.
+in the C prelude) with no loop, which adds the products to ``t`` one by one in position
+order, lanes past the run adding -0.0: the same additions in the same order as the loop, so
+results are bit for bit those of the loop. Longer runs take the loop. Two helpers:
 
-Where nearly every run holds one position the loop predicts well and the gather costs more
-than it saves, and where runs average 6 or more few are short enough: an operand takes the
-helper only where its runs average 1.5 to 6 positions (``SHORT_AVERAGES``). :mod:`.sums`
-versions the kernel's statements on a flag computed before the loops (``if (A2_long_runs)
-{ partial sums } else if (A2_short_runs) { helper } else { loops }``).
+- where gathers are fast (Intel's AVX-512: ``COITER_FAST_GATHER`` in the C prelude), masked
+  vector loads and a masked gather read the run alone;
+- elsewhere with AVX2 (AMD Zen), plain loads read the four positions from the run's start,
+  the next run's included, and x with four scalar loads; lanes past the run are blended
+  away. The helper gets the positions the operand's runs cover (``A2_stored``, read once
+  before the loops) and takes the loop where four positions would pass them, so it reads no
+  coordinate or value that is not stored, and every coordinate it reads is validated.
 
-Only runs whose values and gathered vector are ``double`` and whose coordinates are
-``int32_t`` or ``int64_t`` qualify; without AVX-512 the helper is the plain loop, and where
-gathers are slow (AMD Zen: ``COITER_FAST_GATHER`` in the C prelude) the flag is false. Measured
-on the benchmark suite's operands, old and new kernel in one process (1 thread, ms, loop ->
-helper): CSR SpMV on USA-road-NE 14.3 -> 9.3, USA-road-BAY 2.71 -> 1.15, as-caida 0.45 ->
-0.28; TTV on fb15k-237's fibers (3.0 a fiber) 0.99 -> 0.72, collegemsg-day 0.169 -> 0.103
+Where nearly every run holds one position the loop predicts well, and where runs average 6
+or more few are short enough: an operand takes the helper only where its runs average 1.5 to
+6 positions (``SHORT_AVERAGES``), and only where the prelude's ``COITER_SHORT_RUNS`` says a
+helper pays (without AVX2 the helper would be the loop). :mod:`.sums` versions the kernel's
+statements on a flag computed before the loops (``if (A2_long_runs) { partial sums } else if
+(A2_short_runs) { helper } else { loops }``), and :mod:`.gathers` fetches x ahead before the
+calls as it does in the loops. Only runs whose values and gathered vector are ``double`` and
+whose coordinates are ``int32_t`` or ``int64_t`` qualify.
+
+Measured on the benchmark suite's operands, old and new kernel in one process (1 thread, ms,
+loop -> helper). Gathers, on an Intel Xeon: CSR SpMV on USA-road-NE 14.3 -> 9.3,
+USA-road-BAY 2.71 -> 1.15, as-caida 0.45 -> 0.28; TTV on fb15k-237's fibers (3.0 a fiber)
+0.99 -> 0.72, collegemsg-day 0.169 -> 0.103. Plain loads, on an AMD EPYC (Zen 4), with the
+prefetches: USA-road-NE 9.7 -> 6.8, USA-road-FLA 6.9 -> 4.5, USA-road-NY 1.88 -> 1.21,
+as-caida 0.222 -> 0.126, luxembourg_osm 0.274 -> 0.255; TTV fb15k-237 0.72 -> 0.50, and the
+one loss, jf17k-3ary's fibers (2.2 a fiber, their lengths predictable) 0.025 -> 0.033
 (docs/performance.md, "Short rows: no loop").
 """
 from __future__ import annotations
 
-from ..ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, If, IRStmt, Load, Var
-from ..ir.rewrite import LoopRewrite
+from collections.abc import Callable
+
+from ..ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Load, Var
 
 SHORT_RUN = 4  # positions summed without a loop (the lanes of one 256-bit register)
 INDEX_SUFFIX = {"int32_t": "i32", "int64_t": "i64"}
+RUN_DOT = "coiter_run_dot_"  # the helper's name, before its index suffix
+# a loop over one run, the types of the variables declared around it, and the positions its
+# pos array's runs cover -> the loop rewritten, or None
+ShortRunSums = Callable[[For, dict[str, str], IRExpr], IRStmt | None]
 
 
-def short_run_sums(inputs: dict[str, str]) -> LoopRewrite:
+def short_run_sums(inputs: dict[str, str]) -> ShortRunSums:
     """The rewrite of a loop ``for (p = pos[e]; p < pos[e+1]; p++) { k = crd[p]; t += vals[p]
     * x[k]; }`` into ``if (pos[e+1] - pos[e] <= SHORT_RUN) t = coiter_run_dot(...); else
     loop``, for :func:`.sums.split_long_sums` to apply to the loops over one run of an
-    input's (validated, non-decreasing) pos array where the input's runs are short.
-    ``inputs`` maps the kernel's read-only array parameters to their element types."""
+    input's (validated, non-decreasing) pos array where the input's runs are short, given
+    the number of positions that array's runs cover (``pos[runs]``: the helper may read the
+    four positions from a run's start where they lie below it). ``inputs`` maps the kernel's
+    read-only array parameters to their element types."""
 
-    def rewrite(f: For, scope: dict[str, str]) -> IRStmt | None:
+    def rewrite(f: For, scope: dict[str, str], stored: IRExpr) -> IRStmt | None:
         summed = None if f.pragma or f.unroll or f.unit else product(f, scope, inputs)
         if summed is None:
             return None
         total, vals, crd, x = summed
         length = Bin("-", f.end, f.start)
-        dot = Call(f"coiter_run_dot_{INDEX_SUFFIX[inputs[crd]]}",
-                   (Var(total), Var(vals), Var(crd), Var(x), f.start, length))
+        dot = Call(f"{RUN_DOT}{INDEX_SUFFIX[inputs[crd]]}",
+                   (Var(total), Var(vals), Var(crd), Var(x), f.start, length, stored))
         return If(Bin("<=", length, Const(SHORT_RUN)), Block((Assign(Var(total), dot),)),
                   Block((f,)))
 

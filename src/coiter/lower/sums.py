@@ -34,8 +34,9 @@ from ..ir.nodes import (
     Assign, Bin, Block, Call, Cast, Const, Decl, For, If, IRExpr, IRStmt, Label, Load, Max, Min,
     Select, Un, Var, While, add, block,
 )
-from ..ir.rewrite import LoopRewrite, map_loops
+from ..ir.rewrite import map_loops
 from ..ir.visit import declared, names, subexprs, used, walk_regions
+from .short_runs import ShortRunSums
 from .tiny_runs import TINY_AVERAGE, TinyRunRows
 
 LANES = 4  # partial sums
@@ -49,7 +50,7 @@ FLOATING = ("float", "double", "float _Complex", "double _Complex")
 
 
 def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
-                    short: LoopRewrite | None = None, tiny: TinyRunRows | None = None) -> IRStmt:
+                    short: ShortRunSums | None = None, tiny: TinyRunRows | None = None) -> IRStmt:
     """``s`` with every innermost loop over a run ``pos[e] .. pos[e+1]`` of an array in
     ``pos_lengths`` (its element count) whose body declares values and adds one into a
     floating-point scalar split into :data:`LANES` partial sums, when the runs of that array
@@ -65,12 +66,13 @@ def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
         out.append(splitter.version(x, scope))
         if isinstance(x, Decl):
             scope[x.name] = x.ctype
-    return block([Decl("bool", flag, test) for flag, test in splitter.flags.values()], out)
+    return block([Decl("int64_t", name, count) for name, count in splitter.stored.values()],
+                 [Decl("bool", flag, test) for flag, test in splitter.flags.values()], out)
 
 
 class _Splitter:
     def __init__(self, pos_lengths: dict[str, IRExpr], taken: set[str],
-                 short: LoopRewrite | None, tiny: TinyRunRows | None) -> None:
+                 short: ShortRunSums | None, tiny: TinyRunRows | None) -> None:
         self.pos_lengths = pos_lengths
         self.taken = taken
         self.short = short
@@ -78,6 +80,10 @@ class _Splitter:
         # per pos array and kind ("long", "short", "tiny"): the flag declared before the
         # loops that says its runs are that long
         self.flags: dict[tuple[str, str], tuple[str, IRExpr]] = {}
+        # per pos array whose short runs the helper sums: the variable declared before the
+        # loops that holds the positions its runs cover (the helper's bound; read once, not
+        # per run: a CSF tensor's is a chain of loads)
+        self.stored: dict[str, tuple[str, IRExpr]] = {}
         # True: each split loop tests its flag; False: loops split unconditionally and
         # their pos arrays gather in ``split_on`` (the caller versions the statement)
         self.conditional = False
@@ -97,9 +103,13 @@ class _Splitter:
             plain = s
             if self.short is not None:
                 rewrite = self.short  # only loops over this operand's runs (others: no flag)
-                short = map_loops(s, lambda f, sc: rewrite(f, sc) if _walks(f, pos) else None,
+                stored = self.stored[pos][0] if pos in self.stored \
+                    else self._fresh(f"{pos.removesuffix('_pos')}_stored")
+                short = map_loops(s, lambda f, sc: rewrite(f, sc, Var(stored)) if _walks(f, pos) else None,
                                   scope)
                 if short != s:
+                    self.taken.add(stored)
+                    self.stored[pos] = (stored, Load(pos, _minus_one(self.pos_lengths[pos])))
                     plain = If(Var(self._flag(pos, "short")), block(short), block(s))
             if self.tiny is not None:  # tested first: its range overlaps short's
                 rows = self.tiny
@@ -166,8 +176,8 @@ class _Splitter:
                 test = Bin("&&", Bin(">=", Bin("*", Const(low.denominator), stored),
                                      Bin("*", Const(low.numerator), runs)),
                            Bin("<", stored, Bin("*", Const(high), runs)))
-            if kind != "long":  # the helpers gather (COITER_FAST_GATHER: C prelude)
-                test = Bin("&&", Var("COITER_FAST_GATHER"), test)
+            if kind != "long":  # where the helpers pay (C prelude)
+                test = Bin("&&", Var("COITER_FAST_GATHER" if kind == "tiny" else "COITER_SHORT_RUNS"), test)
             flag = self._fresh(f"{pos.removesuffix('_pos')}_{kind}_runs")
             self.taken.add(flag)
             self.flags[pos, kind] = (flag, test)
