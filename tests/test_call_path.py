@@ -190,7 +190,9 @@ def test_default_threads_follow_the_work() -> None:
     rows of a dynamic chunk."""
     source = preamble("INT32_MAX") + """
 int threads_for(int64_t n, int64_t work) { return coiter_threads(n, work); }
-int64_t chunk_for(int64_t rows, int64_t threads, int64_t work) { return coiter_chunk_rows(rows, threads, work); }
+int64_t chunk_for(int64_t rows, int64_t threads, int64_t work) {
+  return coiter_chunk_rows(rows, threads, work);
+}
 int max_threads(void) {
 #ifdef _OPENMP
   return omp_get_max_threads();

@@ -276,7 +276,8 @@ static inline double coiter_run_dot_##suffix(double t, const double* restrict v,
   }} \\
   const index_t* q = k + s; \\
   __m256d y = _mm256_set_pd(c[q[3]], c[q[2]], c[q[1]], c[q[0]]); \\
-  __m256d keep = _mm256_castsi256_pd(_mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_set_epi64x(3, 2, 1, 0))); \\
+  __m256i lane = _mm256_set_epi64x(3, 2, 1, 0); \\
+  __m256d keep = _mm256_castsi256_pd(_mm256_cmpgt_epi64(_mm256_set1_epi64x(n), lane)); \\
   __m256d p = _mm256_blendv_pd(_mm256_set1_pd(-0.0), _mm256_mul_pd(_mm256_loadu_pd(v + s), y), keep); \\
   __m128d lo = _mm256_castpd256_pd128(p), hi = _mm256_extractf128_pd(p, 1); \\
   t += _mm_cvtsd_f64(lo); \\

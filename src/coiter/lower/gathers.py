@@ -134,28 +134,27 @@ class _Fetcher:
         return replace(f, body=Block((*stmts[:at + 1], *fetches, *stmts[at + 1:])))
 
     def _fetch_runs(self, s: IRStmt) -> IRStmt:
-        """``s`` (the same object if nothing changed) with prefetches before each short-run
-        helper call it makes outside loops (:mod:`.short_runs`): the elements of the
-        gathered array at the coordinates :data:`RUN_AHEAD` positions past the run's start."""
+        """``s`` (itself if nothing changed) with prefetches before each short-run helper call
+        it makes outside loops (:mod:`.short_runs`)."""
         if isinstance(s, Block):
-            stmts: list[IRStmt] = []
-            for x in s.stmts:  # a call with its prefetches: spliced in, not a nested block
-                new = self._fetch_runs(x)
-                stmts.extend(new.stmts if new is not x and isinstance(new, Block) and not isinstance(x, Block)
-                             else (new,))
-            return s if all(a is b for a, b in zip(stmts, s.stmts)) and len(stmts) == len(s.stmts) \
-                else Block(tuple(stmts))
+            stmts = tuple(y for x in s.stmts for y in self._run_fetches(x))
+            return s if stmts == s.stmts else Block(stmts)
         if isinstance(s, If):
             then = self._fetch_runs(s.then)
             other = None if s.otherwise is None else self._fetch_runs(s.otherwise)
             return s if then is s.then and other is s.otherwise else replace(s, then=then, otherwise=other)
-        if not (isinstance(s, Assign) and isinstance(s.value, Call)
-                and s.value.fn.startswith(RUN_DOT)):
-            return s
+        return s
+
+    def _run_fetches(self, s: IRStmt) -> tuple[IRStmt, ...]:
+        """``s`` rewritten by :meth:`_fetch_runs`, or, where it is a short-run helper call,
+        preceded by the fetches of the gathered array's elements at the coordinates
+        :data:`RUN_AHEAD` positions past the run's start."""
+        if not (isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn.startswith(RUN_DOT)):
+            return (self._fetch_runs(s),)
         _, _, crd, array, start, _, stored = s.value.args
         assert isinstance(crd, Var) and isinstance(array, Var)
         if array.name not in self.dense_bytes:
-            return s
+            return (s,)
         fetches: list[IRStmt] = []
         for offset in RUN_AHEAD:
             ahead = add(start, Const(offset))
@@ -166,7 +165,7 @@ class _Fetcher:
                 self.fetched.add(array.name)
             where = Un("&", Load(array.name, Load(crd.name, ahead)))
             fetches.append(If(within, block(ExprStmt(Call("__builtin_prefetch", (where,))))))
-        return block(fetches, s)
+        return (*fetches, s)
 
     def _flag(self, array: str) -> str:
         if array not in self.flags:

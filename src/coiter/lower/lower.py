@@ -1215,7 +1215,8 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             name = self._unique(CHUNK)
             loop = replace(loop, pragma=pragma.replace(CHUNK, name))
             rows = hi if lo == Const(0) else Bin("-", hi, lo)
-            head = [Decl("int64_t", name, Call("coiter_chunk_rows", (rows, Call("COITER_THREADS", ()), Var(WORK_PARAM))))]
+            chunk = Call("coiter_chunk_rows", (rows, Call("COITER_THREADS", ()), Var(WORK_PARAM)))
+            head = [Decl("int64_t", name, chunk)]
         parallel = self._bounded_array_reduction(f, loop)
         return If(THREADS_BRANCH, block(*head, parallel), block(serial))
 

@@ -22,9 +22,10 @@ bcsstk33 342 -> 220, bcsstk16 163 -> 110, mbeacxc 41 -> 24, lp_fit2d 124 -> 70, 
 Operands whose runs are short (1.5 to 6 positions on average) get a third version of the
 statement, whose runs of up to four positions are summed without a loop (:mod:`.short_runs`);
 where they average under 2.25 a fourth version, tested before it, sums eight rows at once
-(:mod:`.tiny_runs`) where the loop around the runs does nothing else. Both flags also
-require ``COITER_FAST_GATHER`` (C prelude): on processors whose gathers are slow (AMD Zen)
-the plain loop runs.
+(:mod:`.tiny_runs`) where the loop around the runs does nothing else. Each flag also
+requires what makes its helper pay (C prelude): the eight-row helper fast gathers
+(``COITER_FAST_GATHER``; on AMD Zen the plain loop runs), the short-run one fast gathers or
+AVX2's plain loads (``COITER_SHORT_RUNS``).
 """
 from __future__ import annotations
 
@@ -105,8 +106,8 @@ class _Splitter:
                 rewrite = self.short  # only loops over this operand's runs (others: no flag)
                 stored = self.stored[pos][0] if pos in self.stored \
                     else self._fresh(f"{pos.removesuffix('_pos')}_stored")
-                short = map_loops(s, lambda f, sc: rewrite(f, sc, Var(stored)) if _walks(f, pos) else None,
-                                  scope)
+                short = map_loops(
+                    s, lambda f, sc: rewrite(f, sc, Var(stored)) if _walks(f, pos) else None, scope)
                 if short != s:
                     self.taken.add(stored)
                     self.stored[pos] = (stored, Load(pos, _minus_one(self.pos_lengths[pos])))
@@ -177,7 +178,8 @@ class _Splitter:
                                      Bin("*", Const(low.numerator), runs)),
                            Bin("<", stored, Bin("*", Const(high), runs)))
             if kind != "long":  # where the helpers pay (C prelude)
-                test = Bin("&&", Var("COITER_FAST_GATHER" if kind == "tiny" else "COITER_SHORT_RUNS"), test)
+                pays = "COITER_FAST_GATHER" if kind == "tiny" else "COITER_SHORT_RUNS"
+                test = Bin("&&", Var(pays), test)
             flag = self._fresh(f"{pos.removesuffix('_pos')}_{kind}_runs")
             self.taken.add(flag)
             self.flags[pos, kind] = (flag, test)
