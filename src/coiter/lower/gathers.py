@@ -43,8 +43,8 @@ from .short_runs import RUN_DOT
 GATHER_AHEAD = 128  # positions ahead whose element is fetched
 # before a short run summed by the helper (.short_runs): the positions ahead of its start
 # whose elements are fetched, three for runs of 1.5 to 6 positions (a C harness, SpMV on
-# USA-road-NE at 1 thread: 8.4 ms fetching none, 10.1 one, 8.2 two, 6.4 three, 6.3 four;
-# FLA 5.0, 6.1, 5.1, 4.3, 4.3)
+# USA-road-NE at 1 thread, ms fetching one, two, three, four: 10.1, 8.2, 6.4, 6.3, and in
+# another run none 13.2 against two 8.4; USA-road-FLA 6.1, 5.1, 4.3, 4.3, none 7.4 against 5.0)
 RUN_AHEAD = (GATHER_AHEAD, GATHER_AHEAD + 1, GATHER_AHEAD + 2)
 FAR_BYTES = "coiter_far_bytes"  # C helper: array size from which reads are fetched ahead
 
