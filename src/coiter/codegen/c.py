@@ -245,28 +245,29 @@ static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{
    four positions from s are read whole, the next run's included, as long as they lie below
    e (else the loop runs): plain loads cost less than masks whose lengths come late, and x
    at the next run's coordinates is read a little early */
-#if defined(__AVX512F__) && defined(__AVX512VL__) && COITER_FAST_GATHER
+#if defined(__AVX2__)
 #include <immintrin.h>
-static inline double coiter_run_sum4(double t, __mmask8 m, __m256d x, __m256d y) {{
-  __m256d p = _mm256_mask_mul_pd(_mm256_set1_pd(-0.0), m, x, y);
+/* t plus p's four lanes, one by one in lane order */
+static inline double coiter_run_add4(double t, __m256d p) {{
   __m128d lo = _mm256_castpd256_pd128(p), hi = _mm256_extractf128_pd(p, 1);
   t += _mm_cvtsd_f64(lo);
   t += _mm_cvtsd_f64(_mm_unpackhi_pd(lo, lo));
   t += _mm_cvtsd_f64(hi);
   return t + _mm_cvtsd_f64(_mm_unpackhi_pd(hi, hi));
 }}
+#endif
+#if defined(__AVX512F__) && defined(__AVX512VL__) && COITER_FAST_GATHER
 #define COITER_RUN_DOT(suffix, index_t, load, gather) \\
 static inline double coiter_run_dot_##suffix(double t, const double* restrict v, const index_t* restrict k, \\
                                              const double* restrict c, int64_t s, int64_t n, int64_t e) {{ \\
   (void)e; \\
   __mmask8 m = (__mmask8)((1u << n) - 1); \\
   __m256d y = gather(_mm256_setzero_pd(), m, load(m, k + s), c, 8); \\
-  return coiter_run_sum4(t, m, _mm256_maskz_loadu_pd(m, v + s), y); \\
+  return coiter_run_add4(t, _mm256_mask_mul_pd(_mm256_set1_pd(-0.0), m, _mm256_maskz_loadu_pd(m, v + s), y)); \\
 }}
 COITER_RUN_DOT(i32, int32_t, _mm_maskz_loadu_epi32, _mm256_mmask_i32gather_pd)
 COITER_RUN_DOT(i64, int64_t, _mm256_maskz_loadu_epi64, _mm256_mmask_i64gather_pd)
 #elif defined(__AVX2__)
-#include <immintrin.h>
 #define COITER_RUN_DOT(suffix, index_t) \\
 static inline double coiter_run_dot_##suffix(double t, const double* restrict v, const index_t* restrict k, \\
                                              const double* restrict c, int64_t s, int64_t n, int64_t e) {{ \\
@@ -278,12 +279,7 @@ static inline double coiter_run_dot_##suffix(double t, const double* restrict v,
   __m256d y = _mm256_set_pd(c[q[3]], c[q[2]], c[q[1]], c[q[0]]); \\
   __m256i lane = _mm256_set_epi64x(3, 2, 1, 0); \\
   __m256d keep = _mm256_castsi256_pd(_mm256_cmpgt_epi64(_mm256_set1_epi64x(n), lane)); \\
-  __m256d p = _mm256_blendv_pd(_mm256_set1_pd(-0.0), _mm256_mul_pd(_mm256_loadu_pd(v + s), y), keep); \\
-  __m128d lo = _mm256_castpd256_pd128(p), hi = _mm256_extractf128_pd(p, 1); \\
-  t += _mm_cvtsd_f64(lo); \\
-  t += _mm_cvtsd_f64(_mm_unpackhi_pd(lo, lo)); \\
-  t += _mm_cvtsd_f64(hi); \\
-  return t + _mm_cvtsd_f64(_mm_unpackhi_pd(hi, hi)); \\
+  return coiter_run_add4(t, _mm256_blendv_pd(_mm256_set1_pd(-0.0), _mm256_mul_pd(_mm256_loadu_pd(v + s), y), keep)); \\
 }}
 COITER_RUN_DOT(i32, int32_t)
 COITER_RUN_DOT(i64, int64_t)
@@ -502,8 +498,8 @@ static void coiter_sort_network(int64_t* restrict a, int64_t n) {{
     (('coiter_union_sum3', 'coiter_union_takes'), """\
 /* A row of a sum of sparse vectors, A(j) + B(j) + C(j), from up to three sorted runs of
    coordinates (int32, or int64 narrowed: coiter_union_sum3) and double values
-   (lower/unions.py). Rows of at most 64 entries in all: each entry's key is its coordinate shifted left past its lane in the
-   runs laid end to end, so that a sorting network orders the keys by coordinate and equal
+   (lower/unions.py). Rows of at most 64 entries in all: each entry's key is its coordinate
+   shifted left past its lane in the runs laid end to end, so that a sorting network orders the keys by coordinate and equal
    coordinates by run; lanes that repeat the previous lane's coordinate are dropped, and the
    others add the next one or two lanes' values where those hold the same coordinate, -0.0
    where not (x + -0.0 is x for every x), which are the merge's additions in the merge's
