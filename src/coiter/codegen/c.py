@@ -52,16 +52,25 @@ static inline int64_t coiter_clock(void) {{
    a worker released from that region's end barrier may not have run since) or at its end
    (having done all the work of a dynamic schedule): CSR SpMV on bcsstk16 took 4 to 8 ms
    instead of 0.16 in one call of ten. After a region whose thread 0 waited longer, at its
-   start and end together, than it worked (and 50 us more), the calls of this kernel that
-   choose their own thread count run on one thread until coiter_serial_until (coiter_clock's
-   nanoseconds): for 50 ms, doubling as long as it recurs, up to 1.6 s, so that a machine that
-   became quiet is noticed soon, and a busy one costs one slow call per period */
+   start and end together, than it worked and COITER_LATE_SLACK_NS more, the calls of this
+   kernel that choose their own thread count run on one thread until coiter_serial_until
+   (coiter_clock's nanoseconds): for 50 ms, doubling as long as it recurs, up to 1.6 s, so
+   that a machine that became quiet is noticed soon, and a busy one costs one slow call per
+   period */
 #define COITER_SERIAL_MIN_NS ((int64_t)50000000)
 #define COITER_SERIAL_MAX_NS ((int64_t)1600000000)
+/* a busy core kept a worker waiting 2 to 15 ms (a scheduler time slice); on a quiet machine
+   a virtual core woke 20 to 200 us late a few times a second, which must not cost 50 ms of
+   serial calls (docs/performance.md, "Threads only where they pay") */
+#define COITER_LATE_SLACK_NS ((int64_t)500000)
 static int64_t coiter_serial_until, coiter_serial_for = COITER_SERIAL_MIN_NS;
+/* whether this library ran a region: its first may have created OpenMP's workers (6.5-7 ms
+   of waiting at its start), which says nothing of the other cores */
+static int coiter_team_started;
 static inline void coiter_team_done(int64_t start, int64_t entered, int64_t first_done) {{
+  if (!__atomic_exchange_n(&coiter_team_started, 1, __ATOMIC_RELAXED)) return;
   int64_t now = coiter_clock(), span = __atomic_load_n(&coiter_serial_for, __ATOMIC_RELAXED);
-  if ((entered - start) + (now - first_done) > first_done - entered + 50000) {{
+  if ((entered - start) + (now - first_done) > first_done - entered + COITER_LATE_SLACK_NS) {{
     __atomic_store_n(&coiter_serial_until, now + span, __ATOMIC_RELAXED);
     __atomic_store_n(&coiter_serial_for, span < COITER_SERIAL_MAX_NS ? 2 * span : span, __ATOMIC_RELAXED);
   }} else if (span != COITER_SERIAL_MIN_NS) {{
