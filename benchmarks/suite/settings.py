@@ -38,7 +38,11 @@ class Settings:
     # that one library's idle threads have stopped spinning when the next one runs
     switch_gap_s: float = 0.005
     batches: int = 2  # rounds of batches with several threads
-    batch_warmup: int = 2  # untimed calls opening each batch (threads asleep after the pause)
+    # untimed calls opening each batch: after the pause every system's first calls run slower,
+    # and with two warm-ups the timed third to fifth still took up to 1.3x the eighth's time
+    # (coiter on USA-road-NY 1.32/1.13/1.07, torch on s3rmt3m3 1.74/1.48/1.54, MKL on
+    # bcsstk16 1.12/1.09/1.07); from the fifth call on, within 1.1x for all but torch
+    batch_warmup: int = 4
     slow_limit_s: float = 1.0  # a system whose checked call is slower is not timed
     call_timeout_s: float = 10.0  # a first call still running then is abandoned
     spgemm_flops_limit: float = 2e7  # multiply-adds of A*B above which SpGEMM is skipped

@@ -42,7 +42,8 @@ def round_robin(calls: dict[str, Callable[[], Any]], first_s: dict[str, float], 
     back to back after a pause of ``gap_s`` (another library's threads spinning after its
     last call would otherwise compete for the cores) and ``warmup`` untimed calls (the
     system's own threads are asleep after the pause, and the first calls after an idle
-    moment run slower: bcsstk16 2-thread SpMV 0.14-0.23 ms against 0.12 in a loop)."""
+    moment run slower: bcsstk16 2-thread SpMV 0.14-0.23 ms against 0.12 in a loop; see
+    ``Settings.batch_warmup``)."""
     per_round = sum(first_s[name] for name in calls)
     runs = max(min_runs, min(max_runs, math.ceil(budget_s / per_round) if per_round > 0 else max_runs))
     rounds, per_batch = (runs, 1) if gap_s <= 0 else (batches, math.ceil(runs / batches))
