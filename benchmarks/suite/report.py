@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from statistics import median
 from typing import Any, Sequence
 
 from . import analysis, targets
@@ -158,10 +159,10 @@ def _bandwidth_md(results: dict[str, Any]) -> str:
                 continue
             cells = []
             for s in names:
-                fractions = sorted(bw[1] for c in analysis.cases(results, threads, kernel)
-                                   if c["status"] == "ok" and not (llc and c["min_bytes"] <= llc)
-                                   and (bw := analysis.bandwidth(results, threads, c, s)) and bw[1])
-                cells.append(f"{fractions[len(fractions) // 2]:.0%}" if fractions else "-")
+                fractions = [bw[1] for c in analysis.cases(results, threads, kernel)
+                             if c["status"] == "ok" and not (llc and c["min_bytes"] <= llc)
+                             and (bw := analysis.bandwidth(results, threads, c, s)) and bw[1]]
+                cells.append(f"{median(fractions):.0%}" if fractions else "-")
             if any(c != "-" for c in cells):
                 summary.append([KERNELS[kernel].title, *cells])
         if summary:

@@ -7,6 +7,7 @@ largest thread count measured when 2 was not.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import median
 from typing import Any, Callable
 
 from . import analysis
@@ -62,12 +63,12 @@ def _stream_fraction(kernel: str, threads: int) -> Callable[[dict[str, Any]], tu
         if t is None:
             return None, f"{analysis.threads_label(threads)} not run"
         llc = analysis.llc_bytes(results) or 0
-        fractions = sorted(bw[1] for c in analysis.cases(results, t, kernel)
-                           if c["status"] == "ok" and (c.get("min_bytes") or 0) > llc
-                           and (bw := analysis.bandwidth(results, t, c, analysis.COITER)) and bw[1])
+        fractions = [bw[1] for c in analysis.cases(results, t, kernel)
+                     if c["status"] == "ok" and (c.get("min_bytes") or 0) > llc
+                     and (bw := analysis.bandwidth(results, t, c, analysis.COITER)) and bw[1]]
         if not fractions:
             return None, "no input larger than the last-level cache"
-        return 100 * fractions[len(fractions) // 2], (
+        return 100 * median(fractions), (
             f"median over {len(fractions)} inputs larger than the LLC, {analysis.threads_label(t)}")
     return measure
 

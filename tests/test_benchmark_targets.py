@@ -1,0 +1,31 @@
+"""The benchmark suite's target arithmetic on a hand-made results file."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's benchmarks/
+from benchmarks.suite import targets  # noqa: E402
+
+
+def _results(seconds: list[float]) -> dict[str, Any]:
+    """SpMV at 2 threads on inputs of 1 GB minimum bytes (above the 32 MiB cache), coiter
+    taking ``seconds`` on them, against a 10 GB/s STREAM triad."""
+    cases = [{"kernel": "spmv", "status": "ok", "min_bytes": 1e9, "input": {"name": f"m{k}"},
+              "systems": {"coiter": {"status": "ok", "median_s": s}}} for k, s in enumerate(seconds)]
+    return {"runs": {"2": {"cases": cases}}, "stream": {"gbs": {"2": 10.0}},
+            "environment": {"caches": {"L3": "32M"}}}
+
+
+def _stream_target(results: dict[str, Any]) -> float:
+    target = next(t for t in targets.TARGETS if "STREAM at 2 threads" in t.name)
+    value, _ = target.measure(results)
+    assert value is not None
+    return value
+
+
+def test_the_stream_fraction_is_the_median_of_the_inputs() -> None:
+    # 1 GB in 0.25 / 0.2 / 0.125 / 0.1 s: 4, 5, 8, 10 GB/s of 10 -> 40, 50, 80, 100 %
+    assert abs(_stream_target(_results([0.25, 0.2, 0.125, 0.1])) - 65.0) < 1e-9  # not 80
+    assert abs(_stream_target(_results([0.25, 0.2, 0.125])) - 50.0) < 1e-9
