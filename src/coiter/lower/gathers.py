@@ -38,7 +38,7 @@ from ..ir.nodes import (
 )
 from ..ir.rewrite import map_loops
 from ..ir.visit import declared, exprs, subexprs, used, walk, walk_regions
-from .short_runs import RUN_DOT
+from .short_runs import run_dot
 
 GATHER_AHEAD = 128  # positions ahead whose element is fetched
 # before a short run summed by the helper (.short_runs): the positions ahead of its start
@@ -149,21 +149,21 @@ class _Fetcher:
         """``s`` rewritten by :meth:`_fetch_runs`, or, where it is a short-run helper call,
         preceded by the fetches of the gathered array's elements at the coordinates
         :data:`RUN_AHEAD` positions past the run's start."""
-        if not (isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn.startswith(RUN_DOT)):
+        call = run_dot(s.value) if isinstance(s, Assign) else None
+        if call is None:
             return (self._fetch_runs(s),)
-        _, _, crd, array, start, _, stored = s.value.args
-        assert isinstance(crd, Var) and isinstance(array, Var)
+        array = call.x
         if array.name not in self.dense_bytes:
             return (s,)
         fetches: list[IRStmt] = []
         for offset in RUN_AHEAD:
-            ahead = add(start, Const(offset))
-            within: IRExpr = Bin("<", ahead, stored)
+            ahead = add(call.start, Const(offset))
+            within: IRExpr = Bin("<", ahead, call.stored)
             if self.conditional:
                 within = Bin("&&", Var(self._flag(array.name)), within)
             else:
                 self.fetched.add(array.name)
-            where = Un("&", Load(array.name, Load(crd.name, ahead)))
+            where = Un("&", Load(array.name, Load(call.crd.name, ahead)))
             fetches.append(If(within, block(ExprStmt(Call("__builtin_prefetch", (where,))))))
         return (*fetches, s)
 

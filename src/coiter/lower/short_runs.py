@@ -38,6 +38,7 @@ one loss, jf17k-3ary's fibers (2.2 a fiber, their lengths predictable) 0.025 -> 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ..ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Load, Var
 
@@ -47,6 +48,28 @@ RUN_DOT = "coiter_run_dot_"  # the helper's name, before its index suffix
 # a loop over one run, the types of the variables declared around it, and the positions its
 # pos array's runs cover -> the loop rewritten, or None
 ShortRunSums = Callable[[For, dict[str, str], IRExpr], IRStmt | None]
+
+
+class RunDot(NamedTuple):
+    """The arguments of a short-run helper call, in the helper's order: ``total + vals[p] *
+    x[crd[p]]`` for ``p`` in ``start .. start + length``, ``stored`` the positions the
+    operand's runs cover."""
+
+    total: Var
+    vals: Var
+    crd: Var
+    x: Var
+    start: IRExpr
+    length: IRExpr
+    stored: IRExpr
+
+
+def run_dot(e: IRExpr) -> RunDot | None:
+    """The arguments of ``e`` when it calls a short-run helper."""
+    if not (isinstance(e, Call) and e.fn.startswith(RUN_DOT)):
+        return None
+    assert all(isinstance(a, Var) for a in e.args[:4])  # as short_run_sums writes them
+    return RunDot._make(e.args)
 
 
 def short_run_sums(inputs: dict[str, str]) -> ShortRunSums:
@@ -65,7 +88,7 @@ def short_run_sums(inputs: dict[str, str]) -> ShortRunSums:
         total, vals, crd, x = summed
         length = Bin("-", f.end, f.start)
         dot = Call(f"{RUN_DOT}{INDEX_SUFFIX[inputs[crd]]}",
-                   (Var(total), Var(vals), Var(crd), Var(x), f.start, length, stored))
+                   tuple(RunDot(Var(total), Var(vals), Var(crd), Var(x), f.start, length, stored)))
         return If(Bin("<=", length, Const(SHORT_RUN)), Block((Assign(Var(total), dot),)),
                   Block((f,)))
 
