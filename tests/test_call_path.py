@@ -205,7 +205,9 @@ int max_threads(void) {
     lib.threads_for.argtypes = [ctypes.c_int64, ctypes.c_int64]
     most = lib.max_threads()
     for n, work, expected in [(3, 10, 3), (1, 10**9, 1), (0, 10, 1), (0, WORK_PER_THREAD - 1, 1),
-                              (0, 2 * WORK_PER_THREAD, min(2, most)), (0, 10**12, most)]:
+                              (0, 2 * WORK_PER_THREAD, min(2, most)), (0, 10**12, most),
+                              (-1, 10**12, 1), (-2, 10**12, min(2, most)), (-2, 10, 1),
+                              (-(most + 1), 10**12, most)]:  # -c: at most c (free cores)
         assert lib.threads_for(n, work) == expected, (n, work)
     # dynamic chunks: about 16 per thread, between 64 and 2048 rows; rows of more than 64 units
     # of work each take chunks of at least 4096 units (a 25-row loop of 5600 units a row takes
@@ -226,7 +228,8 @@ def test_a_late_team_sends_the_next_calls_to_one_thread() -> None:
     recurs at once; a requested count is kept; a region that did not wait resets the period.
     (Clock readings around each step bound the expected times, so a test process descheduled
     meanwhile still checks exactly.)"""
-    source = preamble("INT32_MAX") + """
+    # (no period of load sampling ends: other processes' load is the next test's)
+    source = "#define COITER_LOAD_PERIOD_NS INT64_MAX\n" + preamble("INT32_MAX") + """
 int64_t call_threads(int64_t n) { return coiter_call_threads(n); }
 int64_t now_ns(void) { return coiter_clock(); }
 void team_done(int64_t start, int64_t entered, int64_t first_done) {
@@ -284,6 +287,82 @@ int64_t serial_until(void) {
     before = lib.now_ns()
     lib.team_done(before - 6 * ms, before - ms, before)
     assert before + 50 * ms <= lib.serial_until() <= lib.now_ns() + 50 * ms
+
+
+def test_the_cores_other_processes_leave_free() -> None:
+    """The load arithmetic: over a period, the cores' busy ticks less this process's own CPU
+    time are the other processes' share; a core counts as theirs from 0.3 of it; at least
+    one core is left."""
+    lib = load_library(preamble("INT32_MAX") + """
+int cores_left(int64_t busy, int64_t total, int64_t own_ns, int64_t tick_ns, int ncpu) {
+#ifdef _OPENMP
+  return coiter_cores_left(busy, total, own_ns, tick_ns, ncpu);
+#else
+  return -1;
+#endif
+}
+""")
+    lib.cores_left.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_int]
+    if lib.cores_left(0, 0, 0, 1, 1) == -1:
+        return  # built without OpenMP: one thread whatever the load
+    ms = 1_000_000
+    # 100 ms on 2 cores = 20 ticks of 10 ms: (busy ticks, own ms, cores, cores left)
+    for busy, own_ms, ncpu, left in [
+            (20, 200, 2, 2),  # both cores ours
+            (0, 0, 2, 2), (2, 0, 2, 2),  # quiet; a background process at 0.2 of a core
+            (20, 100, 2, 1),  # a spinning process beside one thread of ours
+            (15, 100, 2, 1),  # the same with a worker sharing its core (0.5)
+            (20, 0, 2, 1),  # both cores others': still one
+            (40, 400, 4, 4), (40, 0, 4, 1), (30, 100, 4, 2)]:
+        total = 10 * ncpu
+        assert lib.cores_left(busy, total, own_ms * ms, 10 * ms, ncpu) == left, (busy, own_ms, ncpu)
+    assert lib.cores_left(0, 0, 0, 10 * ms, 2) == 2  # no tick in the period: no limit
+
+
+def test_default_threads_leave_the_cores_other_processes_use() -> None:
+    """/proc/stat is read (busy ticks within all ticks, both growing), and with a spinning
+    process on every core the calls that choose their thread count are held to one thread
+    once a period is over; requested counts are kept."""
+    lib = load_library("#define COITER_LOAD_PERIOD_NS ((int64_t)50000000)\n" + preamble("INT32_MAX") + """
+int ticks(int64_t *busy, int64_t *total) {
+#ifdef _OPENMP
+  return coiter_cpu_ticks(busy, total);
+#else
+  return -1;
+#endif
+}
+int64_t call_threads(int64_t n) { return coiter_call_threads(n); }
+int max_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+""")
+    lib.call_threads.argtypes = [ctypes.c_int64]
+    lib.call_threads.restype = ctypes.c_int64
+    busy, total = ctypes.c_int64(), ctypes.c_int64()
+    got = lib.ticks(ctypes.byref(busy), ctypes.byref(total))
+    if got == -1:
+        return  # built without OpenMP: one thread whatever the load
+    if not sys.platform.startswith("linux"):
+        assert got == 0 and lib.call_threads(0) == 0  # nothing to read: no limit
+        return
+    assert got == 1 and 0 <= busy.value <= total.value
+    first = total.value
+    lib.call_threads(0)  # the first period starts
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.3)
+        assert lib.call_threads(0) == (-1 if lib.max_threads() > 1 else 0)  # at most 1 (or no limit to set)
+        assert lib.call_threads(2) == 2 and lib.call_threads(1) == 1
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    assert lib.ticks(ctypes.byref(busy), ctypes.byref(total)) == 1 and total.value > first
 
 
 def test_the_region_that_starts_the_workers_is_not_late() -> None:

@@ -77,19 +77,91 @@ static inline void coiter_team_done(int64_t start, int64_t entered, int64_t firs
     __atomic_store_n(&coiter_serial_for, COITER_SERIAL_MIN_NS, __ATOMIC_RELAXED);
   }}
 }}
-/* the thread count a call runs with, read once as the kernel starts (so that its regions and
-   per-thread buffers agree): the caller's n, or 0 (chosen by the work), or 1 for the period
-   after a team that came late */
-static inline int64_t coiter_call_threads(int64_t n) {{
-  int64_t until = __atomic_load_n(&coiter_serial_until, __ATOMIC_RELAXED);
-  return n == 0 && until && coiter_clock() < until ? 1 : n;
+/* Cores other processes keep busy. A team of as many threads as cores, on a machine where
+   another process spins on one, waits for a worker that shares a core with it: the late-team
+   back-off above notices only the waits that outlast the work, and two threads ran
+   USA-road-NE's SpMV 0.85x as fast as one in the median (docs/performance.md, "Cores other
+   processes use"). So once per COITER_LOAD_PERIOD_NS the calls that choose their own thread
+   count read the CPU time all cores spent busy (/proc/stat) and this process's own, and use
+   no more threads than the cores the others left free. On this project's 2-core machine the
+   others' share measured -0.08 to 0.15 of a core quiet, 0.42-1.0 with a spinning process
+   (0.5 while a worker shares its core, 1.0 after); a core counts as taken from 0.3. */
+#include <fcntl.h>
+#include <unistd.h>
+#ifndef COITER_LOAD_PERIOD_NS
+#define COITER_LOAD_PERIOD_NS ((int64_t)100000000)
+#endif
+#define COITER_LOAD_TAKEN 0.3
+static int64_t coiter_load_at, coiter_load_busy, coiter_load_total, coiter_load_own;
+static int coiter_load_cores, coiter_load_sampling;
+/* the clock ticks all cores spent busy (user, nice, system, irq, softirq, steal) and in all
+   since boot, from /proc/stat's first line; 0 where it cannot be read (not Linux) */
+static int coiter_cpu_ticks(int64_t *busy, int64_t *total) {{
+  char buf[256];
+  int fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t got = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (got < 4 || memcmp(buf, "cpu ", 4) != 0) return 0;
+  buf[got] = 0;
+  int64_t v[8];
+  char *p = buf + 4, *end;
+  for (int k = 0; k < 8; k++, p = end) {{
+    v[k] = strtoll(p, &end, 10);
+    if (end == p) return 0;
+  }}
+  *busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+  *total = *busy + v[3] + v[4];
+  return 1;
 }}
-/* threads of a parallel region: the n requested, or (n = 0) OpenMP's default limited to one
-   thread per COITER_WORK_PER_THREAD units of work (values the call reads and writes): a
-   region costs microseconds, and a thread waiting for a busy core much more */
+/* the cores of ncpu that others left free over a period in which all cores ticked total
+   times (of tick_ns each), busy times of them, and this process ran own_ns: at least 1 */
+static inline int coiter_cores_left(int64_t busy, int64_t total, int64_t own_ns, int64_t tick_ns, int ncpu) {{
+  if (total <= 0) return ncpu;
+  double others = ncpu * ((double)busy * tick_ns - own_ns) / ((double)total * tick_ns);
+  int taken = 0;
+  while (taken < ncpu && others > taken + COITER_LOAD_TAKEN) taken++;
+  return taken < ncpu ? ncpu - taken : 1;
+}}
+/* the cores others left free in the last period, 0 while unknown; one thread samples when a
+   period is over, the others use the last answer */
+static int coiter_free_cores(int64_t now) {{
+  if (now - __atomic_load_n(&coiter_load_at, __ATOMIC_RELAXED) >= COITER_LOAD_PERIOD_NS
+      && !__atomic_exchange_n(&coiter_load_sampling, 1, __ATOMIC_ACQUIRE)) {{
+    struct timespec t;
+    int64_t busy, total;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    int64_t own = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+    if (coiter_cpu_ticks(&busy, &total)) {{
+      if (coiter_load_total)
+        __atomic_store_n(&coiter_load_cores, coiter_cores_left(busy - coiter_load_busy, total - coiter_load_total,
+                         own - coiter_load_own, 1000000000 / sysconf(_SC_CLK_TCK),
+                         (int)sysconf(_SC_NPROCESSORS_ONLN)), __ATOMIC_RELAXED);
+      coiter_load_busy = busy, coiter_load_total = total, coiter_load_own = own;
+    }}
+    __atomic_store_n(&coiter_load_at, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&coiter_load_sampling, 0, __ATOMIC_RELEASE);
+  }}
+  return __atomic_load_n(&coiter_load_cores, __ATOMIC_RELAXED);
+}}
+/* the thread count a call runs with, read once as the kernel starts (so that its regions and
+   per-thread buffers agree): the caller's n; or 1 for the period after a team that came
+   late; or 0 (chosen by the work), -c where others left only c cores free */
+static inline int64_t coiter_call_threads(int64_t n) {{
+  if (n != 0) return n;
+  int64_t now = coiter_clock(), until = __atomic_load_n(&coiter_serial_until, __ATOMIC_RELAXED);
+  if (until && now < until) return 1;
+  int free = coiter_free_cores(now);
+  return free > 0 && free < omp_get_max_threads() ? -free : 0;
+}}
+/* threads of a parallel region: the n requested, or (n = 0, or -c for at most c) OpenMP's
+   default limited to one thread per COITER_WORK_PER_THREAD units of work (values the call
+   reads and writes): a region costs microseconds, and a thread waiting for a busy core much
+   more */
 static inline int coiter_threads(int64_t n, int64_t work) {{
   if (n > 0) return (int)n;
   int64_t most = work / COITER_WORK_PER_THREAD, t = omp_get_max_threads();
+  if (n < 0 && -n < t) t = -n;
   return (int)(most < 1 ? 1 : (most < t ? most : t));
 }}
 #define COITER_THREAD_NUM() omp_get_thread_num()
