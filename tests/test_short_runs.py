@@ -150,25 +150,27 @@ def test_only_double_products_of_a_run_and_a_gather_take_the_helper() -> None:
     assert "coiter_run_dot" not in _source(scaled)
 
 
-@pytest.mark.parametrize("flags, fast_gather, short_runs", [
-    ("-march=x86-64-v4", 1, 1),  # AVX-512, no AMD Zen named
-    ("-march=x86-64-v4 -D__znver4__", 0, 1),  # AVX-512 on a Zen processor: slow gathers
-    ("-march=x86-64-v3", 0, 1),  # no AVX-512: AVX2's plain loads
-    ("-march=x86-64-v2", 0, 0),  # no AVX2: the loop
-    ("-march=x86-64-v4 -D__znver3__ -DCOITER_FAST_GATHER=1", 1, 1),  # the user decides
-    ("-march=x86-64-v4 -DCOITER_FAST_GATHER=0", 0, 1),
-    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS=0", 0, 0),
+@pytest.mark.parametrize("flags, fast_gather, short_runs, fewest_runs", [
+    ("-march=x86-64-v4", 1, 1, 0),  # AVX-512, no AMD Zen named
+    ("-march=x86-64-v4 -D__znver4__", 0, 1, 24576),  # AVX-512 on a Zen processor: slow gathers
+    ("-march=x86-64-v3", 0, 1, 24576),  # no AVX-512: AVX2's plain loads
+    ("-march=x86-64-v2", 0, 0, 24576),  # no AVX2: the loop
+    ("-march=x86-64-v4 -D__znver3__ -DCOITER_FAST_GATHER=1", 1, 1, 0),  # the user decides
+    ("-march=x86-64-v4 -DCOITER_FAST_GATHER=0", 0, 1, 24576),
+    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS=0", 0, 0, 24576),
+    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS_MIN=100", 0, 1, 100),
 ])
 def test_the_helpers_run_where_they_pay(monkeypatch: pytest.MonkeyPatch, flags: str,
-                                        fast_gather: int, short_runs: int) -> None:
+                                        fast_gather: int, short_runs: int, fewest_runs: int) -> None:
     """The C prelude's COITER_FAST_GATHER, which the tiny-run flag requires, and
-    COITER_SHORT_RUNS, which the short-run flag requires, by the processor the kernel is
-    built for (functions returning them; nothing else runs)."""
+    COITER_SHORT_RUNS and COITER_SHORT_RUNS_MIN, which the short-run flag requires, by the
+    processor the kernel is built for (functions returning them; nothing else runs)."""
     monkeypatch.setenv("COITER_CFLAGS", f"-O1 -fPIC -std=c11 {flags}")
     source = preamble("INT32_MAX") + ("int fast_gather(void) { return COITER_FAST_GATHER; }\n"
-                                      "int short_runs(void) { return COITER_SHORT_RUNS; }\n")
+                                      "int short_runs(void) { return COITER_SHORT_RUNS; }\n"
+                                      "int fewest_runs(void) { return COITER_SHORT_RUNS_MIN; }\n")
     lib = load_library(source)
-    assert (lib.fast_gather(), lib.short_runs()) == (fast_gather, short_runs)
+    assert (lib.fast_gather(), lib.short_runs(), lib.fewest_runs()) == (fast_gather, short_runs, fewest_runs)
 
 
 def test_the_run_flags_require_their_helpers() -> None:
@@ -181,7 +183,7 @@ def test_the_run_flags_require_their_helpers() -> None:
     np.testing.assert_array_equal(k(A=coiter.Tensor.from_scipy(a), x=x).to_numpy(), a @ x)
     src = _source(k)
     assert "int64_t A2_stored = A2_pos[A1_dimension];" in src
-    assert "bool A2_short_runs = COITER_SHORT_RUNS && " in src
+    assert "bool A2_short_runs = COITER_SHORT_RUNS && (A1_dimension >= COITER_SHORT_RUNS_MIN && " in src
     assert "bool A2_tiny_runs = COITER_FAST_GATHER && " in src
     assert "bool A2_long_runs = A2_pos" in src
     assert "A2_pos[i + 1] - A2_pos[i], A2_stored);" in src

@@ -208,6 +208,21 @@ static inline int64_t coiter_call_threads(int64_t n) {{ return n; }}
 #define COITER_SHORT_RUNS 0
 #endif
 #endif
+/* The fewest runs an operand needs for the plain-load helper to pay. Called again and again on
+   one operand, the loop's exit branch learns the run lengths of up to some 20,000 runs by
+   heart (AMD Zen 4, 1 thread, loop / helper time: fb15k-237's fibers cut to 10k runs 0.74,
+   20k 1.04, 40k 1.27, all 102k 1.37; as-caida cut to 20k 0.74, all 26.5k 1.23; TTV
+   collegemsg-day's 20.3k runs 0.63-0.73, jf17k-3ary's 15.6k 0.71-0.84, shuffled too, and 1.49
+   and 2.03 with five shuffled copies stacked). Gathering helpers were measured faster on
+   collegemsg-day, so they have no minimum. -DCOITER_SHORT_RUNS_MIN=n in $COITER_CFLAGS
+   decides instead. */
+#ifndef COITER_SHORT_RUNS_MIN
+#if COITER_FAST_GATHER
+#define COITER_SHORT_RUNS_MIN 0
+#else
+#define COITER_SHORT_RUNS_MIN 24576
+#endif
+#endif
 /* every kernel has the parameters coiter_nthreads and coiter_work */
 #define COITER_THREADS() coiter_threads(coiter_nthreads, coiter_work)
 """

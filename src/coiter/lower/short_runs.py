@@ -19,8 +19,10 @@ results are bit for bit those of the loop. Longer runs take the loop. Two helper
 
 Where nearly every run holds one position the loop predicts well, and where runs average 6
 or more few are short enough: an operand takes the helper only where its runs average 1.5 to
-6 positions (``SHORT_AVERAGES``), and only where the prelude's ``COITER_SHORT_RUNS`` says a
-helper pays (without AVX2 the helper would be the loop). :mod:`.sums` versions the kernel's
+6 positions (``SHORT_AVERAGES``), only where the prelude's ``COITER_SHORT_RUNS`` says a
+helper pays (without AVX2 the helper would be the loop), and only where it has at least
+``COITER_SHORT_RUNS_MIN`` runs (fewer, and repeated calls teach the loop's exit branch their
+lengths: 24,576 for the plain-load helper). :mod:`.sums` versions the kernel's
 statements on a flag computed before the loops (``if (A2_long_runs) { partial sums } else if
 (A2_short_runs) { helper } else { loops }``), and :mod:`.gathers` fetches x ahead before the
 calls as it does in the loops. Only runs whose values and gathered vector are ``double`` and
@@ -32,8 +34,8 @@ USA-road-BAY 2.71 -> 1.15, as-caida 0.45 -> 0.28; TTV on fb15k-237's fibers (3.0
 0.99 -> 0.72, collegemsg-day 0.169 -> 0.103. Plain loads, on an AMD EPYC (Zen 4), with the
 prefetches: USA-road-NE 9.7 -> 6.8, USA-road-FLA 6.9 -> 4.5, USA-road-NY 1.88 -> 1.21,
 as-caida 0.222 -> 0.126, luxembourg_osm 0.274 -> 0.255; TTV fb15k-237 0.72 -> 0.50, and the
-one loss, jf17k-3ary's fibers (2.2 a fiber, their lengths predictable) 0.025 -> 0.033
-(docs/performance.md, "Short rows: no loop").
+one loss, jf17k-3ary's fibers (2.2 a fiber, 15.6k of them) 0.025 -> 0.033, which now take
+the loop (docs/performance.md, "Slow gathers, short rows: plain loads").
 """
 from __future__ import annotations
 

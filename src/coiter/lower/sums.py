@@ -177,6 +177,8 @@ class _Splitter:
                 test = Bin("&&", Bin(">=", Bin("*", Const(low.denominator), stored),
                                      Bin("*", Const(low.numerator), runs)),
                            Bin("<", stored, Bin("*", Const(high), runs)))
+            if kind == "short":  # enough runs that the loop does not learn them (C prelude)
+                test = Bin("&&", Bin(">=", runs, Var("COITER_SHORT_RUNS_MIN")), test)
             if kind != "long":  # where the helpers pay (C prelude)
                 pays = "COITER_FAST_GATHER" if kind == "tiny" else "COITER_SHORT_RUNS"
                 test = Bin("&&", Var(pays), test)
