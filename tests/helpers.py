@@ -19,8 +19,8 @@ CFLAGS = {"native": DEFAULT_CFLAGS + _HELPERS,
           "no-avx512": DEFAULT_CFLAGS + " -mno-avx512f" + _HELPERS,
           # slow gathers: the short-run helper reads whole runs with plain loads (where the
           # processor has AVX2, as this project's machines do; the loop elsewhere)
-          # (with any number of runs: COITER_SHORT_RUNS_MIN)
-          "plain-loads": DEFAULT_CFLAGS + " -DCOITER_FAST_GATHER=0 -DCOITER_SHORT_RUNS_MIN=0"}
+          # (however few runs: COITER_SHORT_RUNS_BITS)
+          "plain-loads": DEFAULT_CFLAGS + " -DCOITER_FAST_GATHER=0 -DCOITER_SHORT_RUNS_BITS=0"}
 
 
 @contextmanager

@@ -7,6 +7,7 @@ helpers: the one that gathers (fast gathers) and the one that reads four positio
 plain loads. Values span 16 orders of magnitude so that another order would show."""
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterator
 
 import numpy as np
@@ -150,27 +151,48 @@ def test_only_double_products_of_a_run_and_a_gather_take_the_helper() -> None:
     assert "coiter_run_dot" not in _source(scaled)
 
 
-@pytest.mark.parametrize("flags, fast_gather, short_runs, fewest_runs", [
+@pytest.mark.parametrize("flags, fast_gather, short_runs, unlearned_bits", [
     ("-march=x86-64-v4", 1, 1, 0),  # AVX-512, no AMD Zen named
-    ("-march=x86-64-v4 -D__znver4__", 0, 1, 24576),  # AVX-512 on a Zen processor: slow gathers
-    ("-march=x86-64-v3", 0, 1, 24576),  # no AVX-512: AVX2's plain loads
-    ("-march=x86-64-v2", 0, 0, 24576),  # no AVX2: the loop
+    ("-march=x86-64-v4 -D__znver4__", 0, 1, 80000),  # AVX-512 on a Zen processor: slow gathers
+    ("-march=x86-64-v3", 0, 1, 80000),  # no AVX-512: AVX2's plain loads
+    ("-march=x86-64-v2", 0, 0, 80000),  # no AVX2: the loop
     ("-march=x86-64-v4 -D__znver3__ -DCOITER_FAST_GATHER=1", 1, 1, 0),  # the user decides
-    ("-march=x86-64-v4 -DCOITER_FAST_GATHER=0", 0, 1, 24576),
-    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS=0", 0, 0, 24576),
-    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS_MIN=100", 0, 1, 100),
+    ("-march=x86-64-v4 -DCOITER_FAST_GATHER=0", 0, 1, 80000),
+    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS=0", 0, 0, 80000),
+    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS_BITS=100", 0, 1, 100),
 ])
 def test_the_helpers_run_where_they_pay(monkeypatch: pytest.MonkeyPatch, flags: str,
-                                        fast_gather: int, short_runs: int, fewest_runs: int) -> None:
+                                        fast_gather: int, short_runs: int, unlearned_bits: int) -> None:
     """The C prelude's COITER_FAST_GATHER, which the tiny-run flag requires, and
-    COITER_SHORT_RUNS and COITER_SHORT_RUNS_MIN, which the short-run flag requires, by the
+    COITER_SHORT_RUNS and COITER_SHORT_RUNS_BITS, which the short-run flag requires, by the
     processor the kernel is built for (functions returning them; nothing else runs)."""
     monkeypatch.setenv("COITER_CFLAGS", f"-O1 -fPIC -std=c11 {flags}")
     source = preamble("INT32_MAX") + ("int fast_gather(void) { return COITER_FAST_GATHER; }\n"
                                       "int short_runs(void) { return COITER_SHORT_RUNS; }\n"
-                                      "int fewest_runs(void) { return COITER_SHORT_RUNS_MIN; }\n")
+                                      "int unlearned_bits(void) { return COITER_SHORT_RUNS_BITS; }\n")
     lib = load_library(source)
-    assert (lib.fast_gather(), lib.short_runs(), lib.fewest_runs()) == (fast_gather, short_runs, fewest_runs)
+    assert (lib.fast_gather(), lib.short_runs(), lib.unlearned_bits()) == (fast_gather, short_runs, unlearned_bits)
+
+
+@pytest.mark.parametrize("runs, stored, threads, bits, unlearned", [
+    (20296, 33858, 1, 80000, 0),  # TTV collegemsg-day's fibers: ~33k bits, the loop learns them
+    (15563, 34544, 1, 80000, 0),  # jf17k-3ary's: ~34k
+    (66166, 93003, 1, 80000, 1),  # wn18rr's: ~81k
+    (66166, 93003, 2, 80000, 0),  # ~41k on each of two cores
+    (102188, 310116, 2, 80000, 1),  # fb15k-237's: ~142k a core
+    (100000, 100000, 1, 80000, 0),  # every run single: nothing to learn
+    (0, 0, 1, 80000, 0),
+    (10, 30, 1, 0, 1),  # no minimum (gathering helpers)
+])
+def test_the_short_run_helper_waits_for_runs_the_loop_cannot_learn(
+        runs: int, stored: int, threads: int, bits: int, unlearned: int) -> None:
+    """coiter_runs_unlearned: the runs times the entropy of a geometric length of their mean,
+    per core, against COITER_SHORT_RUNS_BITS."""
+    source = (f"#define COITER_SHORT_RUNS_BITS {bits}\n" + preamble("INT32_MAX", "coiter_runs_unlearned")
+              + "int unlearned(int64_t r, int64_t s, int64_t t) { return coiter_runs_unlearned(r, s, t); }\n")
+    lib = load_library(source)
+    lib.unlearned.argtypes = [ctypes.c_int64] * 3
+    assert lib.unlearned(runs, stored, threads) == unlearned
 
 
 def test_the_run_flags_require_their_helpers() -> None:
@@ -183,7 +205,8 @@ def test_the_run_flags_require_their_helpers() -> None:
     np.testing.assert_array_equal(k(A=coiter.Tensor.from_scipy(a), x=x).to_numpy(), a @ x)
     src = _source(k)
     assert "int64_t A2_stored = A2_pos[A1_dimension];" in src
-    assert "bool A2_short_runs = COITER_SHORT_RUNS && (A1_dimension >= COITER_SHORT_RUNS_MIN && " in src
+    assert "bool A2_short_runs = COITER_SHORT_RUNS && " in src
+    assert "coiter_runs_unlearned(A1_dimension, A2_pos[A1_dimension] - A2_pos[0], COITER_THREADS())" in src
     assert "bool A2_tiny_runs = COITER_FAST_GATHER && " in src
     assert "bool A2_long_runs = A2_pos" in src
     assert "A2_pos[i + 1] - A2_pos[i], A2_stored);" in src

@@ -208,19 +208,16 @@ static inline int64_t coiter_call_threads(int64_t n) {{ return n; }}
 #define COITER_SHORT_RUNS 0
 #endif
 #endif
-/* The fewest runs an operand needs for the plain-load helper to pay. Called again and again on
-   one operand, the loop's exit branch learns the run lengths of up to some 20,000 runs by
-   heart (AMD Zen 4, 1 thread, loop / helper time: fb15k-237's fibers cut to 10k runs 0.74,
-   20k 1.04, 40k 1.27, all 102k 1.37; as-caida cut to 20k 0.74, all 26.5k 1.23; TTV
-   collegemsg-day's 20.3k runs 0.63-0.73, jf17k-3ary's 15.6k 0.71-0.84, shuffled too, and 1.49
-   and 2.03 with five shuffled copies stacked). Gathering helpers were measured faster on
-   collegemsg-day, so they have no minimum. -DCOITER_SHORT_RUNS_MIN=n in $COITER_CFLAGS
-   decides instead. */
-#ifndef COITER_SHORT_RUNS_MIN
+/* What the loop's exit branch cannot learn, for the plain-load helper to pay. Called again
+   and again on one operand, the branch learns the lengths of its runs by heart up to some
+   80,000 bits of them per core (AMD Zen 4: coiter_runs_unlearned). -DCOITER_SHORT_RUNS_BITS=n
+   in $COITER_CFLAGS decides instead; the gathering helpers, measured faster on operands the
+   loop learns (TTV collegemsg-day), have no minimum. */
+#ifndef COITER_SHORT_RUNS_BITS
 #if COITER_FAST_GATHER
-#define COITER_SHORT_RUNS_MIN 0
+#define COITER_SHORT_RUNS_BITS 0
 #else
-#define COITER_SHORT_RUNS_MIN 24576
+#define COITER_SHORT_RUNS_BITS 80000
 #endif
 #endif
 /* every kernel has the parameters coiter_nthreads and coiter_work */
@@ -255,6 +252,26 @@ static inline int64_t coiter_balanced_start(const int64_t* prefix, int64_t n, in
     if (prefix[mid] < goal) lo = mid + 1; else hi = mid;
   }}
   return lo;
+}}
+"""),
+    (('coiter_runs_unlearned',), """\
+/* Whether `runs` runs holding `stored` positions in all, split among `threads` cores, carry
+   more than COITER_SHORT_RUNS_BITS bits of run lengths per core, which repeated calls would
+   teach the loop's exit branch (then it beats the short-run helper): the runs times the
+   entropy of a geometric length of their mean. Loop / helper time at 1 thread, 2 where
+   noted, on this estimate's order (AMD Zen 4; k = 1000 bits): loop faster at collegemsg-day's
+   TTV fibers 33k (0.70), jf17k-3ary's 34k (0.71), wn18rr's at 2 threads 41k (0.78),
+   as-caida's first 20k rows 66k (0.74), USA-road-NY's first 30k 77k (0.85), a random 10% of
+   runs of 2-4 among 100k single ones 78k (0.82); helper faster at wn18rr 81k (1.29), as-caida
+   86k (1.23), USA-road-NY's first 40k 101k (1.18), fb15k-237's fibers 283k (1.37) and 142k at
+   2 threads (1.29). (luxembourg_osm's rows, nearly all of two, carry less than the estimate:
+   a tie at 239k.) */
+static inline int coiter_runs_unlearned(int64_t runs, int64_t stored, int64_t threads) {{
+  if (COITER_SHORT_RUNS_BITS <= 0) return 1;
+  if (runs <= 0 || stored <= runs) return 0;
+  double p = (double)runs / (double)stored;
+  double bits = (-(1 - p) * log2(1 - p) - p * log2(p)) / p;
+  return (double)runs * bits >= (double)COITER_SHORT_RUNS_BITS * (double)(threads > 0 ? threads : 1);
 }}
 """),
     (('coiter_far_bytes',), """\

@@ -24,7 +24,7 @@ one 4.1 -> 3.9), hence three times L2.
 Runs split into partial sums (:mod:`.sums`) are left alone: their four chains already keep
 several reads in flight. Short runs summed by a helper call (:mod:`.short_runs`) fetch, before
 the call, the elements at the coordinates ``RUN_AHEAD`` positions past the run's start: three
-positions a run, for runs of 1.5 to 6 positions on average. The look-ahead crosses into
+positions a run, for runs of 1.3 to 6 positions on average. The look-ahead crosses into
 later runs, bounded by the length of the coordinate array, so no load leaves it; prefetch
 instructions themselves never fault.
 """
@@ -42,7 +42,7 @@ from .short_runs import run_dot
 
 GATHER_AHEAD = 128  # positions ahead whose element is fetched
 # before a short run summed by the helper (.short_runs): the positions ahead of its start
-# whose elements are fetched, three for runs of 1.5 to 6 positions (a C harness, SpMV on
+# whose elements are fetched, three for runs of 1.3 to 6 positions (a C harness, SpMV on
 # USA-road-NE at 1 thread, ms fetching one, two, three, four: 10.1, 8.2, 6.4, 6.3, and in
 # another run none 13.2 against two 8.4; USA-road-FLA 6.1, 5.1, 4.3, 4.3, none 7.4 against 5.0)
 RUN_AHEAD = (GATHER_AHEAD, GATHER_AHEAD + 1, GATHER_AHEAD + 2)

@@ -18,11 +18,11 @@ results are bit for bit those of the loop. Longer runs take the loop. Two helper
   coordinate or value that is not stored, and every coordinate it reads is validated.
 
 Where nearly every run holds one position the loop predicts well, and where runs average 6
-or more few are short enough: an operand takes the helper only where its runs average 1.5 to
+or more few are short enough: an operand takes the helper only where its runs average 1.3 to
 6 positions (``SHORT_AVERAGES``), only where the prelude's ``COITER_SHORT_RUNS`` says a
-helper pays (without AVX2 the helper would be the loop), and only where it has at least
-``COITER_SHORT_RUNS_MIN`` runs (fewer, and repeated calls teach the loop's exit branch their
-lengths: 24,576 for the plain-load helper). :mod:`.sums` versions the kernel's
+helper pays (without AVX2 the helper would be the loop), and only where its run lengths carry
+more than repeated calls would teach the loop's exit branch (``coiter_runs_unlearned``: some
+80,000 bits per thread for the plain-load helper). :mod:`.sums` versions the kernel's
 statements on a flag computed before the loops (``if (A2_long_runs) { partial sums } else if
 (A2_short_runs) { helper } else { loops }``), and :mod:`.gathers` fetches x ahead before the
 calls as it does in the loops. Only runs whose values and gathered vector are ``double`` and

@@ -19,13 +19,14 @@ flag in every row still cost SpMV on rows of ~8 entries 5-7%. In a C harness, CS
 bcsstk33 342 -> 220, bcsstk16 163 -> 110, mbeacxc 41 -> 24, lp_fit2d 124 -> 70, ego-Facebook
 118 -> 80, s3rmt3m3 102 -> 85; inputs averaging under 16 a row take the plain loop.
 
-Operands whose runs are short (1.5 to 6 positions on average) get a third version of the
+Operands whose runs are short (1.3 to 6 positions on average) get a third version of the
 statement, whose runs of up to four positions are summed without a loop (:mod:`.short_runs`);
 where they average under 2.25 a fourth version, tested before it, sums eight rows at once
 (:mod:`.tiny_runs`) where the loop around the runs does nothing else. Each flag also
 requires what makes its helper pay (C prelude): the eight-row helper fast gathers
 (``COITER_FAST_GATHER``; on AMD Zen the plain loop runs), the short-run one fast gathers or
-AVX2's plain loads (``COITER_SHORT_RUNS``).
+AVX2's plain loads (``COITER_SHORT_RUNS``), and with plain loads run lengths that repeated
+calls would not teach the loop's exit branch (``coiter_runs_unlearned``).
 """
 from __future__ import annotations
 
@@ -43,10 +44,11 @@ from .tiny_runs import TINY_AVERAGE, TinyRunRows
 LANES = 4  # partial sums
 SPLIT_MIN_AVERAGE = 16  # positions per run, on average, from which an operand's sums split
 # positions per run, on average, from and below which runs of up to four positions are summed
-# without a loop (.short_runs): under 1.5 nearly every run holds one position, which the loop
-# predicts; from 6, few runs are that short and testing them cost bayer10's SpMV (7.1 a row)
-# 6% at 1 thread
-SHORT_AVERAGES = (Fraction(3, 2), 6)
+# without a loop (.short_runs): under 1.3 nearly every run holds one position, which the loop
+# predicts (100k runs, a random 10% of them 2-4 long and the rest single, 1.2 a run: the loop
+# 1.2x faster at 1 thread; 15%, 1.3 a run: even; 20%: the helper 1.4x faster); from 6, few runs
+# are that short and testing them cost bayer10's SpMV (7.1 a row) 6% at 1 thread
+SHORT_AVERAGES = (Fraction(13, 10), 6)
 FLOATING = ("float", "double", "float _Complex", "double _Complex")
 
 
@@ -177,8 +179,9 @@ class _Splitter:
                 test = Bin("&&", Bin(">=", Bin("*", Const(low.denominator), stored),
                                      Bin("*", Const(low.numerator), runs)),
                            Bin("<", stored, Bin("*", Const(high), runs)))
-            if kind == "short":  # enough runs that the loop does not learn them (C prelude)
-                test = Bin("&&", Bin(">=", runs, Var("COITER_SHORT_RUNS_MIN")), test)
+            if kind == "short":  # runs the loop does not learn (C prelude)
+                test = Bin("&&", test, Call("coiter_runs_unlearned",
+                                            (runs, stored, Call("COITER_THREADS", ()))))
             if kind != "long":  # where the helpers pay (C prelude)
                 pays = "COITER_FAST_GATHER" if kind == "tiny" else "COITER_SHORT_RUNS"
                 test = Bin("&&", Var(pays), test)
