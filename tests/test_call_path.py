@@ -320,13 +320,13 @@ int cores_left(int64_t busy, int64_t total, int64_t own_ns, int64_t tick_ns, int
 
 
 def test_default_threads_leave_the_cores_other_processes_use() -> None:
-    """/proc/stat is read (busy ticks within all ticks, both growing), and with a spinning
-    process on every core the calls that choose their thread count are held to one thread
-    once a period is over; requested counts are kept."""
+    """/proc/stat is read for the CPUs this thread may run on (busy ticks within all ticks,
+    both growing); with a spinning process on every core the calls that choose their thread
+    count are held to one thread once a period is over; requested counts are kept."""
     lib = load_library("#define COITER_LOAD_PERIOD_NS ((int64_t)50000000)\n" + preamble("INT32_MAX") + """
-int ticks(int64_t *busy, int64_t *total) {
+int ticks(int64_t *busy, int64_t *total, int *cpus) {
 #ifdef _OPENMP
-  return coiter_cpu_ticks(busy, total);
+  return coiter_cpu_ticks(busy, total, cpus);
 #else
   return -1;
 #endif
@@ -342,14 +342,18 @@ int max_threads(void) {
 """)
     lib.call_threads.argtypes = [ctypes.c_int64]
     lib.call_threads.restype = ctypes.c_int64
-    busy, total = ctypes.c_int64(), ctypes.c_int64()
-    got = lib.ticks(ctypes.byref(busy), ctypes.byref(total))
+    busy, total, cpus = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int()
+
+    def ticks() -> int:
+        return lib.ticks(ctypes.byref(busy), ctypes.byref(total), ctypes.byref(cpus))
+
+    got = ticks()
     if got == -1:
         return  # built without OpenMP: one thread whatever the load
     if not sys.platform.startswith("linux"):
         assert got == 0 and lib.call_threads(0) == 0  # nothing to read: no limit
         return
-    assert got == 1 and 0 <= busy.value <= total.value
+    assert got == 1 and 0 <= busy.value <= total.value and cpus.value == len(os.sched_getaffinity(0))
     first = total.value
     lib.call_threads(0)  # the first period starts
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -362,7 +366,36 @@ int max_threads(void) {
         for p in spinners:
             p.kill()
             p.wait()
-    assert lib.ticks(ctypes.byref(busy), ctypes.byref(total)) == 1 and total.value > first
+    assert ticks() == 1 and total.value > first
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU affinity and /proc/stat are Linux's")
+def test_only_the_cpus_a_thread_may_run_on_count() -> None:
+    """A thread bound to one CPU (os.sched_setaffinity on the calling thread) reads that CPU's
+    ticks alone: fewer than all CPUs' together."""
+    lib = load_library(preamble("INT32_MAX") + """
+int ticks(int64_t *busy, int64_t *total, int *cpus) {
+#ifdef _OPENMP
+  return coiter_cpu_ticks(busy, total, cpus);
+#else
+  return -1;
+#endif
+}
+""")
+    busy, total, cpus = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int()
+    allowed = os.sched_getaffinity(0)
+    if lib.ticks(ctypes.byref(busy), ctypes.byref(total), ctypes.byref(cpus)) == -1:
+        return  # built without OpenMP: no load is read
+    assert cpus.value == len(allowed)
+    everything = total.value
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        assert lib.ticks(ctypes.byref(busy), ctypes.byref(total), ctypes.byref(cpus)) == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert cpus.value == 1 and 0 <= busy.value <= total.value
+    if len(allowed) > 1:
+        assert total.value < everything
 
 
 def test_the_region_that_starts_the_workers_is_not_late() -> None:
