@@ -10,8 +10,9 @@ setup(
     ext_modules=[
         Extension(
             "coiter.runtime._fastcall",
-            ["src/coiter/runtime/_fastcall.c", "src/coiter/runtime/_pool.c"],
-            depends=["src/coiter/runtime/_pool.h"],  # rebuilt when it changes, and in the sdist
+            ["src/coiter/runtime/_fastcall.c", "src/coiter/runtime/_pool.c", "src/coiter/runtime/_load.c"],
+            # rebuilt when they change, and in the sdist
+            depends=["src/coiter/runtime/_pool.h", "src/coiter/runtime/_load.h"],
             include_dirs=[numpy.get_include()],
             extra_compile_args=["-O2", "-std=c11"],
             optional=True,

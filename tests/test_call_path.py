@@ -228,8 +228,7 @@ def test_a_late_team_sends_the_next_calls_to_one_thread() -> None:
     recurs at once; a requested count is kept; a region that did not wait resets the period.
     (Clock readings around each step bound the expected times, so a test process descheduled
     meanwhile still checks exactly.)"""
-    # (no period of load sampling ends: other processes' load is the next test's)
-    source = "#define COITER_LOAD_PERIOD_NS INT64_MAX\n" + preamble("INT32_MAX") + """
+    source = preamble("INT32_MAX") + """
 int64_t call_threads(int64_t n) { return coiter_call_threads(n); }
 int64_t now_ns(void) { return coiter_clock(); }
 void team_done(int64_t start, int64_t entered, int64_t first_done) {
@@ -244,6 +243,8 @@ int64_t serial_until(void) {
 }
 """
     lib = load_library(source)
+    if hasattr(lib, "coiter_use_load"):  # other processes' load is the next tests'
+        lib.coiter_use_load(None)
     lib.call_threads.argtypes = [ctypes.c_int64]
     lib.team_done.argtypes = [ctypes.c_int64] * 3
     lib.call_threads.restype = lib.now_ns.restype = lib.serial_until.restype = ctypes.c_int64
@@ -289,22 +290,23 @@ int64_t serial_until(void) {
     assert before + 50 * ms <= lib.serial_until() <= lib.now_ns() + 50 * ms
 
 
+def _load_probe() -> ctypes.CDLL:
+    """The C extension's load probe (coiter/runtime/_load.c), called through ctypes."""
+    from coiter.runtime import _fastcall
+
+    probe = ctypes.CDLL(_fastcall.__file__)
+    probe.coiter_load_cores_left.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_int]
+    probe.coiter_load_set_period.argtypes = [ctypes.c_int64]
+    probe.coiter_load_set_period.restype = ctypes.c_int64
+    return probe
+
+
+@needs_plan
 def test_the_cores_other_processes_leave_free() -> None:
     """The load arithmetic: over a period, the cores' busy ticks less this process's own CPU
     time are the other processes' share; a core counts as theirs from 0.3 of it; at least
     one core is left."""
-    lib = load_library(preamble("INT32_MAX") + """
-int cores_left(int64_t busy, int64_t total, int64_t own_ns, int64_t tick_ns, int ncpu) {
-#ifdef _OPENMP
-  return coiter_cores_left(busy, total, own_ns, tick_ns, ncpu);
-#else
-  return -1;
-#endif
-}
-""")
-    lib.cores_left.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_int]
-    if lib.cores_left(0, 0, 0, 1, 1) == -1:
-        return  # built without OpenMP: one thread whatever the load
+    cores_left = _load_probe().coiter_load_cores_left
     ms = 1_000_000
     # 100 ms on 2 cores = 20 ticks of 10 ms: (busy ticks, own ms, cores, cores left)
     for busy, own_ms, ncpu, left in [
@@ -315,22 +317,25 @@ int cores_left(int64_t busy, int64_t total, int64_t own_ns, int64_t tick_ns, int
             (20, 0, 2, 1),  # both cores others': still one
             (40, 400, 4, 4), (40, 0, 4, 1), (30, 100, 4, 2)]:
         total = 10 * ncpu
-        assert lib.cores_left(busy, total, own_ms * ms, 10 * ms, ncpu) == left, (busy, own_ms, ncpu)
-    assert lib.cores_left(0, 0, 0, 10 * ms, 2) == 2  # no tick in the period: no limit
+        assert cores_left(busy, total, own_ms * ms, 10 * ms, ncpu) == left, (busy, own_ms, ncpu)
+    assert cores_left(0, 0, 0, 10 * ms, 2) == 2  # no tick in the period: no limit
 
 
+def _cpu_ticks(probe: ctypes.CDLL) -> tuple[int, int, int, int]:
+    """coiter_load_cpu_ticks: (found, busy ticks, all ticks, CPUs)."""
+    busy, total, cpus = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int()
+    found = probe.coiter_load_cpu_ticks(ctypes.byref(busy), ctypes.byref(total), ctypes.byref(cpus))
+    return found, busy.value, total.value, cpus.value
+
+
+@needs_plan
 def test_default_threads_leave_the_cores_other_processes_use() -> None:
     """/proc/stat is read for the CPUs this thread may run on (busy ticks within all ticks,
-    both growing); with a spinning process on every core the calls that choose their thread
-    count are held to one thread once a period is over; requested counts are kept."""
-    lib = load_library("#define COITER_LOAD_PERIOD_NS ((int64_t)50000000)\n" + preamble("INT32_MAX") + """
-int ticks(int64_t *busy, int64_t *total, int *cpus) {
-#ifdef _OPENMP
-  return coiter_cpu_ticks(busy, total, cpus);
-#else
-  return -1;
-#endif
-}
+    both growing); every kernel library the runtime loads gets the estimate, so that with a
+    spinning process on every core its calls that choose their thread count are held to one
+    thread once a period is over; requested counts are kept."""
+    probe = _load_probe()
+    lib = load_library(preamble("INT32_MAX") + """
 int64_t call_threads(int64_t n) { return coiter_call_threads(n); }
 int max_threads(void) {
 #ifdef _OPENMP
@@ -342,60 +347,45 @@ int max_threads(void) {
 """)
     lib.call_threads.argtypes = [ctypes.c_int64]
     lib.call_threads.restype = ctypes.c_int64
-    busy, total, cpus = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int()
-
-    def ticks() -> int:
-        return lib.ticks(ctypes.byref(busy), ctypes.byref(total), ctypes.byref(cpus))
-
-    got = ticks()
-    if got == -1:
-        return  # built without OpenMP: one thread whatever the load
+    found, busy, total, cpus = _cpu_ticks(probe)
     if not sys.platform.startswith("linux"):
-        assert got == 0 and lib.call_threads(0) == 0  # nothing to read: no limit
+        assert found == 0 and lib.call_threads(0) == 0  # nothing to read: no limit
         return
-    assert got == 1 and 0 <= busy.value <= total.value and cpus.value == len(os.sched_getaffinity(0))
-    first = total.value
-    lib.call_threads(0)  # the first period starts
+    assert found == 1 and 0 <= busy <= total and cpus == len(os.sched_getaffinity(0))
+    period = probe.coiter_load_set_period(50_000_000)
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                 for _ in range(os.cpu_count() or 1)]
     try:
+        lib.call_threads(0)  # a period starts (or ends)
         time.sleep(0.3)
-        assert lib.call_threads(0) == (-1 if lib.max_threads() > 1 else 0)  # at most 1 (or no limit to set)
+        held = -1 if lib.max_threads() > 1 else 0  # at most 1 (or no limit to set)
+        assert lib.call_threads(0) == held
         assert lib.call_threads(2) == 2 and lib.call_threads(1) == 1
     finally:
         for p in spinners:
             p.kill()
             p.wait()
-    assert ticks() == 1 and total.value > first
+        probe.coiter_load_set_period(period)
+    assert _cpu_ticks(probe)[2] > total
 
 
+@needs_plan
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU affinity and /proc/stat are Linux's")
 def test_only_the_cpus_a_thread_may_run_on_count() -> None:
     """A thread bound to one CPU (os.sched_setaffinity on the calling thread) reads that CPU's
     ticks alone: fewer than all CPUs' together."""
-    lib = load_library(preamble("INT32_MAX") + """
-int ticks(int64_t *busy, int64_t *total, int *cpus) {
-#ifdef _OPENMP
-  return coiter_cpu_ticks(busy, total, cpus);
-#else
-  return -1;
-#endif
-}
-""")
-    busy, total, cpus = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int()
+    probe = _load_probe()
     allowed = os.sched_getaffinity(0)
-    if lib.ticks(ctypes.byref(busy), ctypes.byref(total), ctypes.byref(cpus)) == -1:
-        return  # built without OpenMP: no load is read
-    assert cpus.value == len(allowed)
-    everything = total.value
+    found, _, everything, cpus = _cpu_ticks(probe)
+    assert found == 1 and cpus == len(allowed)
     os.sched_setaffinity(0, {min(allowed)})
     try:
-        assert lib.ticks(ctypes.byref(busy), ctypes.byref(total), ctypes.byref(cpus)) == 1
+        found, busy, total, cpus = _cpu_ticks(probe)
     finally:
         os.sched_setaffinity(0, allowed)
-    assert cpus.value == 1 and 0 <= busy.value <= total.value
+    assert found == 1 and cpus == 1 and 0 <= busy <= total
     if len(allowed) > 1:
-        assert total.value < everything
+        assert total < everything
 
 
 def test_the_region_that_starts_the_workers_is_not_late() -> None:

@@ -77,89 +77,12 @@ static inline void coiter_team_done(int64_t start, int64_t entered, int64_t firs
     __atomic_store_n(&coiter_serial_for, COITER_SERIAL_MIN_NS, __ATOMIC_RELAXED);
   }}
 }}
-/* Cores other processes keep busy. A team of as many threads as cores, on a machine where
-   another process spins on one, waits for a worker that shares a core with it: the late-team
-   back-off above notices only the waits that outlast the work, and two threads ran
-   USA-road-NE's SpMV 0.85x as fast as one in the median (docs/performance.md, "Cores other
-   processes use"). So once per COITER_LOAD_PERIOD_NS the calls that choose their own thread
-   count read the CPU time the cores they may run on spent busy (/proc/stat) and this
-   process's own, and use no more threads than the cores the others left free. On this
-   project's 2-core machine the others' share measured -0.08 to 0.15 of a core quiet,
-   0.42-1.0 with a spinning process (0.5 while a worker shares its core, 1.0 after); a core
-   counts as taken from 0.3. */
-#include <stdio.h>
-#include <unistd.h>
-#include <sys/syscall.h>
-#ifndef COITER_LOAD_PERIOD_NS
-#define COITER_LOAD_PERIOD_NS ((int64_t)100000000)
-#endif
-#define COITER_LOAD_TAKEN 0.3
-static int64_t coiter_load_at, coiter_load_busy, coiter_load_total, coiter_load_own;
-static int coiter_load_cpus, coiter_load_cores, coiter_load_sampling;
-/* the clock ticks that the CPUs this thread may run on (its affinity mask: a container's or a
-   batch job's cpuset) spent busy (user, nice, system, irq, softirq, steal) and in all since
-   boot, and how many CPUs those are, from /proc/stat's per-CPU lines; 0 where it cannot be
-   read (not Linux). Other processes on CPUs this one may not use take nothing from it. */
-static int coiter_cpu_ticks(int64_t *busy, int64_t *total, int *cpus) {{
-  unsigned long mask[32]; /* 2048 CPUs; with more (no answer) every CPU counts */
-  long bytes = syscall(SYS_sched_getaffinity, 0, sizeof mask, mask);
-  FILE *f = fopen("/proc/stat", "re");
-  if (!f) return 0;
-  char line[256];
-  int64_t b = 0, t = 0;
-  int n = 0;
-  const size_t word = 8 * sizeof mask[0];
-  while (fgets(line, sizeof line, f) && memcmp(line, "cpu", 3) == 0) {{
-    if (line[3] < '0' || line[3] > '9') continue; /* the line of all CPUs */
-    char *p, *end;
-    long id = strtol(line + 3, &end, 10);
-    if (bytes > 0 && ((size_t)id >= 8 * (size_t)bytes || !(mask[id / word] >> (id % word) & 1))) continue;
-    int64_t v[8];
-    int k = 0;
-    for (p = end; k < 8; k++, p = end) {{
-      v[k] = strtoll(p, &end, 10);
-      if (end == p) break;
-    }}
-    if (k < 8) continue;
-    b += v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-    t += v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
-    n++;
-  }}
-  fclose(f);
-  if (!n) return 0;
-  *busy = b, *total = t, *cpus = n;
-  return 1;
-}}
-/* the cores of ncpu that others left free over a period in which all cores ticked total
-   times (of tick_ns each), busy times of them, and this process ran own_ns: at least 1 */
-static inline int coiter_cores_left(int64_t busy, int64_t total, int64_t own_ns, int64_t tick_ns, int ncpu) {{
-  if (total <= 0) return ncpu;
-  double others = ncpu * ((double)busy * tick_ns - own_ns) / ((double)total * tick_ns);
-  int taken = 0;
-  while (taken < ncpu && others > taken + COITER_LOAD_TAKEN) taken++;
-  return taken < ncpu ? ncpu - taken : 1;
-}}
-/* the cores others left free in the last period, 0 while unknown; one thread samples when a
-   period is over, the others use the last answer */
-static int coiter_free_cores(int64_t now) {{
-  if (now - __atomic_load_n(&coiter_load_at, __ATOMIC_RELAXED) >= COITER_LOAD_PERIOD_NS
-      && !__atomic_exchange_n(&coiter_load_sampling, 1, __ATOMIC_ACQUIRE)) {{
-    struct timespec t;
-    int64_t busy, total;
-    int cpus;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    int64_t own = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-    if (coiter_cpu_ticks(&busy, &total, &cpus)) {{
-      if (coiter_load_total && cpus == coiter_load_cpus) /* (the same CPUs as the last sample) */
-        __atomic_store_n(&coiter_load_cores, coiter_cores_left(busy - coiter_load_busy, total - coiter_load_total,
-                         own - coiter_load_own, 1000000000 / sysconf(_SC_CLK_TCK), cpus), __ATOMIC_RELAXED);
-      coiter_load_busy = busy, coiter_load_total = total, coiter_load_own = own, coiter_load_cpus = cpus;
-    }}
-    __atomic_store_n(&coiter_load_at, now, __ATOMIC_RELAXED);
-    __atomic_store_n(&coiter_load_sampling, 0, __ATOMIC_RELEASE);
-  }}
-  return __atomic_load_n(&coiter_load_cores, __ATOMIC_RELAXED);
-}}
+/* The cores other processes leave free (coiter.runtime._fastcall's coiter_load_free_cores,
+   which the runtime hands each library as it loads it; 0 until it knows): calls that choose
+   their own thread count use no more threads than that. Without the extension, only the
+   late-team back-off above. */
+static int (*coiter_load_free)(int64_t now);
+void coiter_use_load(int (*free_cores)(int64_t now)) {{ coiter_load_free = free_cores; }}
 /* the thread count a call runs with, read once as the kernel starts (so that its regions and
    per-thread buffers agree): the caller's n; or 1 for the period after a team that came
    late; or 0 (chosen by the work), -c where others left only c cores free */
@@ -167,7 +90,7 @@ static inline int64_t coiter_call_threads(int64_t n) {{
   if (n != 0) return n;
   int64_t now = coiter_clock(), until = __atomic_load_n(&coiter_serial_until, __ATOMIC_RELAXED);
   if (until && now < until) return 1;
-  int free = coiter_free_cores(now);
+  int free = coiter_load_free ? coiter_load_free(now) : 0;
   return free > 0 && free < omp_get_max_threads() ? -free : 0;
 }}
 /* threads of a parallel region: the n requested, or (n = 0, or -c for at most c) OpenMP's

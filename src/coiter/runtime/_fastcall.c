@@ -37,6 +37,7 @@
 #include <stdlib.h>
 
 #include "_pool.h"
+#include "_load.h"
 
 enum { OP_STORAGE = 0, OP_DENSE = 1 };  /* operand kinds: Tensor only, or Tensor or ndarray */
 enum {  /* where a kernel parameter comes from */
@@ -639,6 +640,13 @@ static PyObject* py_allocator(PyObject* self, PyObject* args) {
   return PyLong_FromVoidPtr((void*)pool_allocator());
 }
 
+/* load_function() -> the address of coiter_load_free_cores, which each kernel library gets
+   (coiter_use_load in the C prelude) */
+static PyObject* py_load_function(PyObject* self, PyObject* args) {
+  (void)self; (void)args;
+  return PyLong_FromVoidPtr((void*)coiter_load_free_cores);
+}
+
 /* pool_stats() -> (limit, free blocks, free bytes, blocks in use) */
 static PyObject* py_pool_stats(PyObject* self, PyObject* args) {
   size_t limit, free_bytes;
@@ -652,6 +660,7 @@ static PyMethodDef functions[] = {
   {"set_pool_limit", py_set_pool_limit, METH_VARARGS, "set_pool_limit(bytes): free bytes the result pool keeps."},
   {"allocator", py_allocator, METH_NOARGS, "allocator() -> address of the kernels' allocator over the pool."},
   {"pool_stats", py_pool_stats, METH_NOARGS, "pool_stats() -> (limit, free blocks, free bytes, blocks in use)."},
+  {"load_function", py_load_function, METH_NOARGS, "load_function() -> address of the kernels' free-cores function."},
   {NULL, NULL, 0, NULL},
 };
 
@@ -662,6 +671,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__fastcall(void) {
   import_array();
   if (pool_init() < 0 || PyType_Ready(&CallPlanType) < 0) return NULL;
+  load_init();
   struct { PyObject** slot; const char* text; } names[] = {
     {&s_storage, "_storage"}, {&s_pending, "_pending"}, {&s_name, "_name"},
     {&s_readers, "_readers"}, {&s_cargs, "_cargs"}, {&s_format, "format"},

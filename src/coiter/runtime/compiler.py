@@ -33,7 +33,7 @@ import platformdirs
 
 from coiter.errors import CompileError
 
-from . import pool
+from . import load, pool
 from .cache_size import SHARD_NAME, after_build, touch
 from .trust import private_dir, seal, sealed
 
@@ -227,6 +227,7 @@ def load_cached(key: str, build: Callable[[], Path]) -> ctypes.CDLL:
                     source_path=str(path.with_suffix(".c")),
                 ) from exc
             pool.install(library, sanitizing())
+            load.install(library)
             _loaded[key] = library
     return library
 
