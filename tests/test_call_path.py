@@ -370,6 +370,20 @@ int max_threads(void) {
 
 
 @needs_plan
+def test_a_finished_child_process_is_this_processs_work() -> None:
+    """The CPU time a child process spent (the C compiler building a kernel) counts as this
+    process's once it is waited for, not as another process's load: after a compile, coiter
+    demo's first calls had run on one thread. Regression test."""
+    probe = _load_probe()
+    probe.coiter_load_own_ns.restype = ctypes.c_int64
+    before, mine = probe.coiter_load_own_ns(), time.process_time_ns()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.3: pass"], check=True)
+    grown, mine = probe.coiter_load_own_ns() - before, time.process_time_ns() - mine
+    assert grown >= 250_000_000 + mine  # the child's 0.3 s of CPU, past this process's own
+
+
+@needs_plan
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU affinity and /proc/stat are Linux's")
 def test_only_the_cpus_a_thread_may_run_on_count() -> None:
     """A thread bound to one CPU (os.sched_setaffinity on the calling thread) reads that CPU's

@@ -6,11 +6,11 @@
  * USA-road-NE's SpMV 0.85x as fast as one in the median (docs/performance.md, "Cores other
  * processes use"). So once per period (100 ms) the kernels' calls that choose their own
  * thread count sample the CPU time that the CPUs this thread may run on spent busy
- * (/proc/stat) and this process's own; the difference over the period is the other
- * processes' share, and a call uses no more threads than the cores they left free. On this
- * project's 2-core machine the others' share measured -0.08 to 0.15 of a core quiet, 0.42-1.0
- * with a spinning process (0.5 while a worker shares its core, 1.0 after); a core counts as
- * taken from 0.3 of it.
+ * (/proc/stat) and this process's own (its finished children's included); the difference
+ * over the period is the other processes' share, and a call uses no more threads than the
+ * cores they left free. On this project's 2-core machine the others' share measured -0.08
+ * to 0.15 of a core quiet, 0.42-1.0 with a spinning process (0.5 while a worker shares its
+ * core, 1.0 after); a core counts as taken from 0.3 of it.
  *
  * One state for the process, sampled first as the module loads (import coiter), so that a
  * kernel's first call, usually much later, already knows the load; every kernel library gets
@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,10 +85,22 @@ int coiter_load_cores_left(int64_t busy, int64_t total, int64_t own_ns, int64_t 
   return taken < ncpu ? ncpu - taken : 1;
 }
 
+/* The CPU time of this process and of the children it waited for: a kernel compiled between
+   two samples (cc, 0.4 s) is this process's work, not another's (coiter demo ran its first
+   calls after a compile on one thread). */
+int64_t coiter_load_own_ns(void) {
+  struct rusage children;
+  int64_t own = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  if (getrusage(RUSAGE_CHILDREN, &children) == 0)
+    own += ((int64_t)children.ru_utime.tv_sec + children.ru_stime.tv_sec) * 1000000000
+           + ((int64_t)children.ru_utime.tv_usec + children.ru_stime.tv_usec) * 1000;
+  return own;
+}
+
 /* A sample at `now` (CLOCK_MONOTONIC's nanoseconds); the estimate when the last one was over
    the same CPUs. By the one thread that won `sampling`. */
 static void sample(int64_t now) {
-  int64_t busy, total, own = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  int64_t busy, total, own = coiter_load_own_ns();
   int cpus;
   if (coiter_load_cpu_ticks(&busy, &total, &cpus)) {
     if (last_total && cpus == last_cpus)
