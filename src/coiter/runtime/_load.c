@@ -46,7 +46,11 @@ static int64_t clock_ns(clockid_t clock) {
    read (not Linux). Other processes on CPUs this one may not use take nothing from it. */
 int coiter_load_cpu_ticks(int64_t* busy, int64_t* total, int* cpus) {
   unsigned long mask[32]; /* 2048 CPUs; with more (no answer) every CPU counts */
+#ifdef SYS_sched_getaffinity
   long bytes = syscall(SYS_sched_getaffinity, 0, sizeof mask, mask);
+#else /* not Linux: no /proc/stat either */
+  long bytes = -1;
+#endif
   FILE* f = fopen("/proc/stat", "re");
   if (!f) return 0;
   char line[256];
