@@ -26,7 +26,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 from .settings import REPO_ROOT, Settings
@@ -108,7 +107,7 @@ def _in_both_orders(calls: dict[str, Callable[[], Any]], **runs: Any) -> dict[st
     for order in ([first, second, *rest], [second, first, *rest]):
         for name, timing in round_robin({name: calls[name] for name in order}, **runs).items():
             pooled[name] += timing.times_s
-    return {name: Timing(median(ts), min(ts), max(ts), len(ts), ts) for name, ts in pooled.items()}
+    return {name: Timing.of(ts) for name, ts in pooled.items()}
 
 
 def _summary(timings: dict[str, Timing]) -> dict[str, dict[str, float]]:

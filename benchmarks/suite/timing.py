@@ -23,6 +23,11 @@ class Timing:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def of(cls, times_s: list[float]) -> Timing:
+        """The median, minimum and maximum of ``times_s``, one per run."""
+        return cls(median(times_s), min(times_s), max(times_s), len(times_s), times_s)
+
 
 def timed_call(fn: Callable[[], Any]) -> tuple[Any, float]:
     """``fn()`` and its wall time in seconds."""
@@ -61,7 +66,7 @@ def round_robin(calls: dict[str, Callable[[], Any]], first_s: dict[str, float], 
                     times[name].append(timed_call(fn)[1])
     finally:
         gc.enable()
-    return {name: Timing(median(ts), min(ts), max(ts), len(ts), ts) for name, ts in times.items()}
+    return {name: Timing.of(ts) for name, ts in times.items()}
 
 
 def per_call(fn: Callable[[], Any], batch: int, batches: int) -> Timing:
