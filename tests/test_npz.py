@@ -1,4 +1,4 @@
-"""coiter's binary tensor files (coiter/formats/npz.py): every format round-trips with its
+"""coiter's binary tensor files (coiter/interop/npz.py): every format round-trips with its
 values, type, index width and fill; damaged or hostile files are FormatErrors."""
 from __future__ import annotations
 

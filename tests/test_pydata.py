@@ -1,4 +1,4 @@
-"""pydata/sparse arrays in and out (coiter/formats/pydata.py): values against pydata's own
+"""pydata/sparse arrays in and out (coiter/interop/pydata.py): values against pydata's own
 densified arrays, and shared memory where the conversion claims no copy."""
 from __future__ import annotations
 

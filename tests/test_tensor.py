@@ -1,6 +1,7 @@
 """Tests for coiter.Tensor: constructors, conversions back to NumPy/SciPy, validation, DSL accesses."""
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import re
 from typing import Any
@@ -597,10 +598,9 @@ def test_setitem_wrong_arity() -> None:
 
 @pytest.fixture
 def fake_runner(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Replace coiter.api.run_assignment by a NumPy evaluator of copies and sums, so the
-    deferral protocol is tested without the compiler; returns the assignments it ran."""
-    import coiter.api
-
+    """Replace the Tensor's assignment runner (coiter.api.run_assignment) by a NumPy evaluator
+    of copies and sums, so the deferral protocol is tested without the compiler; returns the
+    assignments it ran."""
     calls: list[str] = []
 
     def value(e: Any) -> np.ndarray:
@@ -609,12 +609,12 @@ def fake_runner(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         assert isinstance(e, Add)
         return value(e.a) + value(e.b)
 
-    def run(assignment: Assignment, out_format: Format, out_dtype: Any) -> Any:
+    def run(assignment: Assignment, out_format: Format) -> Any:
         calls.append(str(assignment))
         result = np.ascontiguousarray(value(assignment.rhs))
         return Tensor.from_numpy(result, format=out_format).storage
 
-    monkeypatch.setattr(coiter.api, "run_assignment", run)
+    monkeypatch.setattr(Tensor, "frontend", dataclasses.replace(Tensor.frontend, run_assignment=run))
     return calls
 
 

@@ -1,4 +1,4 @@
-"""torch tensors in and out (coiter/formats/torch_interop.py) and DLPack producers as dense
+"""torch tensors in and out (coiter/interop/torch_interop.py) and DLPack producers as dense
 operands: values against torch's own densified tensors, shared memory where no copy is
 claimed. torch is in the bench extra, not the test extra (its wheel is too large for CI):
 these tests run where it is installed."""

@@ -4,7 +4,8 @@ Write a tensor expression in index notation, pick a storage format per tensor,
 and coiter generates specialised C, compiles it at run time, caches it and runs
 it on NumPy/SciPy data.
 """
-from .api import compile, default_result_format, einsum, einsum_path, evaluate
+from . import lazy as _lazy
+from .api import compile, default_result_format, einsum, einsum_path, evaluate, run_assignment as _run_assignment
 from .errors import (
     ArgumentError, CacheError, CoiterError, CompileError, DTypeError, FormatError, KernelError, ParseError,
     PerformanceWarning, ScheduleError, ShapeError,
@@ -15,9 +16,9 @@ from .formats import (
     dcsc, dcsr, dense, dia, ell, hash_matrix, hash_vector, parse_format, register_level,
     sparse_vector,
 )
-from .formats.io import read, write
-from .formats.pydata import from_pydata, to_pydata
-from .formats.torch_interop import from_torch, to_torch
+from .interop.io import read, write
+from .interop.pydata import from_pydata, to_pydata
+from .interop.torch_interop import from_torch, to_torch
 from .notation.ast import Assignment, IndexVar
 from .notation.dsl import index_vars
 from .notation.parser import parse
@@ -25,7 +26,10 @@ from .notation.operators import Operator, define
 from .notation.reducers import reduce
 from .plots import spy
 from .kernel import Kernel
-from .tensor import Tensor
+from .tensor import Frontend as _Frontend, Tensor
+
+# Tensor's DSL and operators compute through the layers above it (see coiter.tensor).
+Tensor.frontend = _Frontend(_run_assignment, _lazy.Lazy.leaf, _lazy.array_ufunc, _lazy.array_function)
 
 __version__ = "0.1.0"
 

@@ -10,7 +10,7 @@ from .concrete.commands import Command, parse_commands
 from .concrete.stmt import ConcreteProgram
 from .errors import ArgumentError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, csf, csr, dense
-from .formats.storage import check_fill, fill_key
+from .formats.storage import Storage, check_fill, fill_key
 from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
 from .notation.einsum import parse_einsum
 from .notation import operators
@@ -489,7 +489,7 @@ def _memory_order(arr: np.ndarray) -> Format | None:
     return dense(arr.ndim, ordering) if arr.transpose(ordering).flags.c_contiguous else None
 
 
-def run_assignment(assignment: Assignment, out_format: FormatLike | None, out_dtype: Any = None):
+def run_assignment(assignment: Assignment, out_format: FormatLike | None) -> Storage:
     """Evaluate a DSL assignment whose accesses carry their Tensors; returns the Storage."""
     assignment = _separate_sources(assignment)
     tensors: dict[str, Tensor] = {}

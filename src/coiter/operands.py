@@ -8,8 +8,8 @@ import scipy.sparse as sp
 
 from .errors import ArgumentError, DTypeError, ShapeError
 from .formats.format import Format
-from .formats.pydata import from_pydata, is_pydata
-from .formats.torch_interop import from_torch, is_torch
+from .interop.pydata import from_pydata, is_pydata
+from .interop.torch_interop import from_torch, is_torch
 from .tensor import Tensor
 
 

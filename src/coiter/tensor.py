@@ -7,6 +7,11 @@ to a kernel costs only validation.
 
 The DSL follows TACO's Python API: ``A[i, j] = B[i, k] * C[k, j]`` records the
 assignment on ``A`` and computes it the first time ``A``'s data is needed.
+
+Computing needs the layers above this module (:mod:`coiter.api` compiles the DSL's
+assignments, :mod:`coiter.lazy` builds the operators' expressions); they lend what the Tensor
+needs as a :class:`Frontend` that the package connects on import, so that imports point down
+the pipeline only.
 """
 from __future__ import annotations
 
@@ -17,8 +22,8 @@ import itertools
 import math
 import operator
 import weakref
-from dataclasses import replace
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,6 +36,7 @@ from .formats.slicing import index_storage
 from .notation.affine import as_subscript
 from .notation.ast import (Access, Affine, Assignment, IndexSet, IndexVar, Subscript, Window, accesses,
                            as_expr)
+from .runtime.convert import convert
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
     np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32,
@@ -315,6 +321,19 @@ def densify_check(t: Tensor, what: str) -> None:
             "(COITER_DENSIFY_LIMIT); densify explicitly with .to_numpy() if that is what you want")
 
 
+@dataclass(frozen=True)
+class Frontend:
+    """What the layers above lend a Tensor: ``run_assignment(assignment, out_format)`` computes
+    a DSL assignment into a Storage (:func:`coiter.api.run_assignment`); ``leaf(tensor)`` is
+    the tensor as an operator expression (:meth:`coiter.lazy.Lazy.leaf`); ``array_ufunc`` and
+    ``array_function`` take NumPy's protocols (:mod:`coiter.lazy`)."""
+
+    run_assignment: Callable[[Assignment, Format], Storage]
+    leaf: Callable[[Tensor], Any]
+    array_ufunc: Callable[[Any, str, tuple[Any, ...], dict[str, Any]], Any]
+    array_function: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
 class Tensor:
     """A tensor of any order stored in any :class:`~coiter.formats.format.Format`.
 
@@ -330,6 +349,7 @@ class Tensor:
     _pending: Assignment | None
     _name: str
     _readers: weakref.WeakSet[Tensor] | None  # tensors whose pending assignment reads this one
+    frontend: ClassVar[Frontend]  # connected by coiter/__init__.py
 
     def __init__(
         self,
@@ -577,8 +597,6 @@ class Tensor:
         target = as_format(fmt, self.order)
         if target == self.format:
             return self
-        from .convert import convert
-
         return Tensor._wrap(convert(self.storage, target))
 
     def prune(self) -> Tensor:
@@ -605,9 +623,7 @@ class Tensor:
     __array_priority__ = 20  # NumPy defers ``ndarray + Tensor`` to this class
 
     def _lazy(self) -> Any:
-        from .lazy import Lazy
-
-        return Lazy.leaf(self)
+        return self.frontend.leaf(self)
 
     def __add__(self, other: Any) -> Any:
         """``A + B``: a :class:`~coiter.lazy.Lazy` expression, computed when needed."""
@@ -660,14 +676,10 @@ class Tensor:
         return self._lazy().sum(axis)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        from .lazy import array_ufunc
-
-        return array_ufunc(ufunc, method, inputs, kwargs)
+        return self.frontend.array_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        from .lazy import array_function
-
-        return array_function(func, args, kwargs)
+        return self.frontend.array_function(func, args, kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle the computed data; pending DSL state and reader links are process-local.
@@ -739,12 +751,10 @@ class Tensor:
         assignment = self._pending
         if assignment is None:
             return self
-        from .api import run_assignment
-
         # Cleared first so that a right-hand side reading this tensor sees its previous value.
         self._pending = None
         try:
-            storage = run_assignment(assignment, out_format=self.format, out_dtype=None)
+            storage = self.frontend.run_assignment(assignment, self.format)
             if storage.shape != self.shape:
                 raise ShapeError(
                     f"{self._name} has shape {self.shape} but {assignment} computes shape {storage.shape}"

@@ -22,7 +22,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from ..errors import ArgumentError, FormatError
 from ..formats.format import FormatLike, as_format, csf, csr
-from ..formats.io import PathLike, file_kind, open_file
+from ..interop.io import PathLike, file_kind, open_file
 from ..formats.storage import Storage
 from ..tensor import Tensor
 from .partition import BLOCK_ENTRIES

@@ -1,4 +1,4 @@
-"""Formats: level plugins, Format, layouts, storage, conversion and file I/O."""
+"""Formats: level plugins, Format, layouts, storage and slicing."""
 from .format import (
     Format, FormatLike, as_format, bcoo, bcsr, coo, coo_aos, csb, csc, csf, csr, csr_unordered, dcsc, dcsr, dense,
     dia, ell, hash_matrix, hash_vector, parse_format, sparse_vector,

@@ -505,7 +505,7 @@ class StorageKernel:
         args: dict[str, Storage] = dict(storages)
         for name, decl in prog.tensors.items():
             if decl.converted_from is not None:
-                from ..convert import convert
+                from .convert import convert  # converting runs kernels: imported late
 
                 args[name] = convert(storages[decl.converted_from], decl.format)
         itypes = {n: s.index_dtype for n, s in args.items()}
@@ -524,7 +524,7 @@ class StorageKernel:
             storage = self.invoke(var, args, rshape, threads, dims)
         assert storage is not None
         if prog.result_conversion is not None:
-            from ..convert import convert
+            from .convert import convert
 
             # the declared format: the program's may be specialised on the call's extents
             storage = convert(storage, self.formats[self.result])

@@ -20,16 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from .formats.format import Format, coo
-from .formats.storage import Storage
-from .notation.ast import Access, Assignment, IndexVar
+from ..formats.format import Format, coo
+from ..formats.storage import Storage
+from ..notation.ast import Access, Assignment, IndexVar
+from .kernel import StorageKernel
 
 _copy_kernels: dict[tuple[Format, Format], Any] = {}
 
 
 def _copy(storage: Storage, fmt: Format) -> Storage:
-    from .runtime.kernel import StorageKernel
-
     key = (storage.format, fmt)  # not format strings: those do not show e.g. unordered levels
     kernel = _copy_kernels.get(key)
     if kernel is None:

@@ -1,6 +1,6 @@
 """Reading and writing tensors: Matrix Market (``.mtx``) and FROSTT (``.tns``), optionally
-gzip'ed; Rutherford-Boeing (``.rb``) is read (:mod:`coiter.formats.rb`), as CSR by default;
-coiter's own binary files (``.npz``, :mod:`coiter.formats.npz`) keep any format as it is.
+gzip'ed; Rutherford-Boeing (``.rb``) is read (:mod:`coiter.interop.rb`), as CSR by default;
+coiter's own binary files (``.npz``, :mod:`coiter.interop.npz`) keep any format as it is.
 
 * ``.mtx`` goes through SciPy (symmetric files come back expanded, pattern files
   with value 1.0); coordinate files default to CSR, dense ``array`` files to dense.
@@ -21,8 +21,8 @@ import numpy as np
 import scipy.io
 
 from ..errors import DTypeError, FormatError
+from ..formats.format import FormatLike, as_format, coo, csr
 from ..tensor import Tensor
-from .format import FormatLike, as_format, coo, csr
 from .npz import load_npz, save_npz
 from .rb import read_rb
 

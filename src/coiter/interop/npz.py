@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
+from ..formats.codec import format_from_data, format_to_data
+from ..formats.storage import Storage, check_fill
 from ..tensor import Tensor
-from .codec import format_from_data, format_to_data
-from .storage import Storage, check_fill
 
 VERSION = 1
 

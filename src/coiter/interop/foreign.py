@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from ..formats.format import Format, coo
 from ..tensor import Tensor, index_pair
-from .format import Format, coo
 
 
 def compressed_matrix(shape: tuple[int, ...], fmt: Format, pos: Any, crd: Any, vals: Any,

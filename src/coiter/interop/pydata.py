@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
+from ..formats.format import csc, csr
 from ..tensor import Tensor
 from .foreign import compressed_arrays, compressed_matrix, coo_tensor
-from .format import csc, csr
 
 
 def is_pydata(obj: Any) -> bool:
