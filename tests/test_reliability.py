@@ -627,6 +627,21 @@ def test_hashed_result_formats_with_an_inner_dense_level(out_format):
     check(coiter.evaluate(f"A({idx}) = B({idx}) * 2", out_format=out_format, B=tensor(b, "s" * n)), 2 * b)
 
 
+@pytest.mark.parametrize("fmt", ["dhu:2,0,1", "dhs:2,0,1", "shu:2,0,1", "hs", "hss", "dhs"])
+def test_levels_below_a_hashed_level_follow_its_buckets(fmt):
+    # found by the fuzzer (seed 20261201, case 6481): packing appended a hashed level's
+    # children in coordinate order, but its positions are buckets (coordinate modulo W),
+    # so an entry's values could land under another entry's bucket
+    rng = np.random.default_rng(16)
+    n = len(fmt.split(":")[0])
+    idx = ",".join("ijk"[:n])
+    for shape, density in [((5, 2, 3), 0.2)] * 10 + [((40, 30, 6), 0.01)] * 3:
+        b = random_array(rng, shape[:n], density)  # few coordinates a bucket table: many wrap past W
+        t = tensor(b, fmt)
+        check(t, b)
+        check(coiter.evaluate(f"A({idx}) = B({idx}) * 2", out_format="d" * n, B=t), 2 * b)
+
+
 def test_atomics_on_complex_results_are_a_schedule_error():
     # the check compared "complex" with the C type "double _Complex": the compiler refused
     # the generated "#pragma omp atomic" instead (CompileError)

@@ -41,6 +41,12 @@ def pack_levels(levels: Sequence[Level], crd: np.ndarray, dims: Sequence[int], v
         arrays.append(packed.arrays)
         entry_pos = packed.child_pos[np.cumsum(new) - 1]
         parent_size = packed.size
+        if n > 1 and np.any(entry_pos[1:] < entry_pos[:-1]):
+            # an unordered level (hashed: positions are buckets) placed its nodes out of
+            # coordinate order; the levels below append in position order, so the entries
+            # follow the positions (stable: each node's entries keep their order)
+            perm = np.argsort(entry_pos, kind="stable")
+            crd, values, entry_pos = crd[:, perm], values[perm], entry_pos[perm]
     vals = np.zeros(parent_size, dtype=values.dtype)
     vals[entry_pos] = values
     return tuple(arrays), vals
