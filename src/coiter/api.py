@@ -355,6 +355,12 @@ def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None
     to NumPy (BLAS). ``optimize=False`` always compiles one fused kernel; an
     :class:`~coiter.planning.EinsumPlan` is followed as given, and so is a NumPy path
     (``["einsum_path", (1, 2), (0, 1)]``, as ``numpy.einsum_path`` returns).
+
+    Without ``out_format`` a matrix or tensor result is sparse (CSR, CSF) where a sparse
+    operand bounds it (all its indices are result indices) or every operand is sparse, and
+    any other result is dense; a dense result NumPy computed keeps the memory order NumPy
+    gave it (a transpose is a view, as NumPy's is), so its format may be a dense format with
+    another mode ordering.
     """
     if not isinstance(subscripts, str):
         raise ArgumentError(f"einsum subscripts must be a string such as 'ij,j->i', got "
