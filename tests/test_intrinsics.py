@@ -199,7 +199,7 @@ def test_chained_comparisons_are_parse_errors() -> None:
         coiter.parse("a(i) = b(i) < c(i) < d(i)")
 
 
-CASTS = ["bool", "int32", "int64", "float32", "float64", "complex128"]
+CASTS = ["bool", "int32", "int64", "uint64", "float32", "float64", "complex128"]
 
 
 @pytest.mark.parametrize("target", CASTS)
@@ -209,6 +209,8 @@ def test_casts_convert_as_astype(target: str, dtype: str, fmt: str) -> None:
     b = _vector(dtype, 8)
     if dtype == "float64":  # NaN and values beyond int32 convert to the minimum, as on x86
         b[:3] = [np.nan, 3e12, -1e30]
+        if target == "uint64":  # and the unsigned conversion's edges, the x86 way too
+            b[3:8] = [-1.5, 2.0**63, 1e20, 2.0**64, -0.5]
     got = coiter.evaluate(f"a(i) = {target}(b(i))", b=coiter.Tensor.from_numpy(b, format=fmt))
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", np.exceptions.ComplexWarning)

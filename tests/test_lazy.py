@@ -49,6 +49,40 @@ CASES = {
     "np.transpose": (lambda: np.transpose(A), lambda: Ad.T, "ds"),
     "np.sum": (lambda: np.sum(A, axis=1), lambda: Ad.sum(axis=1), "d"),
     "chain": (lambda: (2 * A - B).T @ (A @ X), lambda: (2 * Ad - Bd).T @ (Ad @ X), "d"),
+    # intrinsics through Python's operators and NumPy's binary ufuncs: sparse where the
+    # function is zero wherever every tensor operand is
+    "abs keeps zeros": (lambda: abs(A - B), lambda: np.abs(Ad - Bd), "ds"),
+    "square keeps zeros": (lambda: A ** 2, lambda: Ad ** 2, "ds"),
+    "power 0 does not": (lambda: A ** 0, lambda: Ad ** 0, "dd"),
+    "scalar to a sparse power": (lambda: 2 ** A, lambda: 2 ** Ad, "dd"),
+    "np.power of two tensors": (lambda: np.power(A, B), lambda: np.power(Ad, Bd), "dd"),
+    "np.maximum with 0 keeps zeros": (lambda: np.maximum(A - B, 0), lambda: np.maximum(Ad - Bd, 0), "ds"),
+    "np.maximum of two sparse": (lambda: np.maximum(A, B), lambda: np.maximum(Ad, Bd), "ds"),
+    "np.minimum with an array": (lambda: np.minimum(A, M), lambda: np.minimum(Ad, M), "dd"),
+    "np.hypot of a chain": (lambda: np.hypot(A, 2 * B), lambda: np.hypot(Ad, 2 * Bd), "ds"),
+    "greater keeps zeros": (lambda: A > 0.5, lambda: Ad > 0.5, "ds"),
+    "less-equal than negative keeps zeros": (lambda: A <= -1, lambda: Ad <= -1, "ds"),
+    "less is true at zero": (lambda: A < 0.5, lambda: Ad < 0.5, "dd"),
+    "greater-equal of two tensors": (lambda: A >= B, lambda: Ad >= Bd, "dd"),
+    "scalar on the left": (lambda: 0.5 < A, lambda: 0.5 < Ad, "ds"),
+    "np.logical_and": (lambda: np.logical_and(A, B), lambda: np.logical_and(Ad, Bd), "ds"),
+    "mask times values": (lambda: (A > 0.5) * B, lambda: (Ad > 0.5) * Bd, "ds"),
+    # reductions other than sum see the implicit zeros, as NumPy on the dense array does
+    "max over an axis": (lambda: (A - B).max(axis=1), lambda: (Ad - Bd).max(axis=1), "d"),
+    "min of everything": (lambda: (A - B).min(), lambda: (Ad - Bd).min(), ""),
+    "max of a full row": (lambda: (A + 1).max(axis=0), lambda: (Ad + 1).max(axis=0), "d"),
+    "mean over an axis": (lambda: A.mean(axis=0), lambda: Ad.mean(axis=0), "d"),
+    "mean of everything": (lambda: A.mean(), lambda: Ad.mean(), ""),
+    # NumPy sums bools and narrow integers in int64: a sum of comparisons counts
+    "count per row": (lambda: (A > 0.5).sum(axis=1), lambda: (Ad > 0.5).sum(axis=1), "d"),
+    "int32 sum": (lambda: coiter.Tensor.from_numpy((Ad * 100).astype(np.int32), format="csr").sum(),
+                  lambda: (Ad * 100).astype(np.int32).sum(), ""),
+    "uint8 sum": (lambda: coiter.Tensor.from_numpy((Ad * 100).astype(np.uint8), format="csr").sum(axis=0),
+                  lambda: (Ad * 100).astype(np.uint8).sum(axis=0), "d"),
+    "fraction per column": (lambda: (A > 0.5).mean(axis=0), lambda: (Ad > 0.5).mean(axis=0), "d"),
+    "np.max": (lambda: np.max(A, axis=0), lambda: np.max(Ad, axis=0), "d"),
+    "np.min of a chain": (lambda: np.min(A @ C, axis=1), lambda: np.min(Ad @ Cd, axis=1), "d"),
+    "np.mean": (lambda: np.mean(A, axis=(0, 1)), lambda: np.mean(Ad, axis=(0, 1)), ""),
 }
 
 
@@ -58,9 +92,11 @@ def test_operators_against_numpy(case: str) -> None:
     expr = build()
     assert isinstance(expr, Lazy)
     got = expr.evaluate()
+    ref = np.asarray(reference())
     assert got.format.to_string() == letters
-    np.testing.assert_allclose(got.to_numpy(), reference(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(expr), reference(), rtol=1e-12, atol=1e-12)
+    assert got.dtype == ref.dtype and expr.dtype == ref.dtype
+    np.testing.assert_allclose(got.to_numpy(), ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(expr), ref, rtol=1e-12, atol=1e-12)
 
 
 def test_fused_chain_is_one_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,6 +140,27 @@ def test_operator_errors_name_the_shapes() -> None:
         np.true_divide(2.0, A)  # 2 / 0 at every absent entry
     with pytest.raises(ShapeError, match="out of range"):
         A.sum(axis=2)
+    with pytest.raises(ShapeError, match=r"max over axis 0 of length 0 .*\(0, 30\)"):
+        coiter.Tensor.from_scipy(sp.csr_array((0, 30))).max(axis=0)
+    with pytest.raises(ShapeError, match=r"\(40, 30\) and \(30, 20\)"):
+        np.maximum(A, C)
+
+
+def test_integer_powers_and_comparisons_keep_numpy_types() -> None:
+    """``**`` of integers stays integer (a negative exponent is NumPy's error); comparisons
+    are bool and sparse ones keep their pattern's entries, the false ones included (as every
+    kernel stores what it visits: ``prune()`` drops them)."""
+    Ai = coiter.Tensor.from_scipy(sp.csr_array((Ad * 10).astype(np.int64)))
+    Aid = Ai.to_numpy()
+    got = (Ai ** 3).evaluate()
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got.to_numpy(), Aid ** 3)
+    with pytest.raises(ValueError, match="negative integer powers"):
+        (Ai ** -1).evaluate()
+    mask = (Ai > 5).evaluate()
+    assert mask.dtype == np.bool_ and mask.format.to_string() == "ds"
+    np.testing.assert_array_equal(mask.to_numpy(), Aid > 5)
+    assert mask.prune().nnz == np.count_nonzero(Aid > 5)
 
 
 def test_unsupported_numpy_functions_say_how_to_densify() -> None:
@@ -148,7 +205,8 @@ def test_random_operator_chains(data: st.DataObject) -> None:
         for fmt in ("csr", "dense", "csc", "dcsr"))]
     value, ref = data.draw(st.sampled_from(leaves))
     for _ in range(data.draw(st.integers(1, 4))):
-        op = data.draw(st.sampled_from(["+", "-", "*", "@", "T", "neg", "scale"]))
+        op = data.draw(st.sampled_from(["+", "-", "*", "@", "T", "neg", "scale", "abs", "square",
+                                        "maximum", "greater"]))
         other, other_ref = data.draw(st.sampled_from(leaves))
         if op == "+":
             value, ref = value + other, ref + other_ref
@@ -162,6 +220,14 @@ def test_random_operator_chains(data: st.DataObject) -> None:
             value, ref = value.T, ref.T
         elif op == "neg":
             value, ref = -value, -ref
+        elif op == "abs":
+            value, ref = abs(value), abs(ref)
+        elif op == "square":
+            value, ref = value ** 2, ref ** 2
+        elif op == "maximum":
+            value, ref = np.maximum(value, other), np.maximum(ref, other_ref)
+        elif op == "greater":
+            value, ref = (value > other) * other, (ref > other_ref) * other_ref
         else:
             value, ref = 3 * value, 3 * ref
     np.testing.assert_allclose(np.asarray(value), ref, rtol=1e-12, atol=1e-12)

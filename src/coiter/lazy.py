@@ -2,8 +2,10 @@
 kernel when their value is needed.
 
 ``A @ x``, ``A + B``, ``A - B``, ``A * B`` (element-wise), scalar ``*`` and ``/``, ``-A``,
-``A.T``, ``A.sum(axis=)`` and NumPy's element-wise functions (``np.sin(A)``) on coiter
-Tensors, NumPy arrays and SciPy matrices build a :class:`Lazy` expression; nothing is
+``abs(A)``, ``A ** p``, the comparisons ``<``, ``<=``, ``>``, ``>=`` (``==`` and ``!=`` keep
+Python's meaning: ``np.equal``), ``A.T``, ``A.sum/max/min/mean(axis=)`` and NumPy's
+element-wise functions of one or two operands (``np.sin(A)``, ``np.maximum(A, 0)``) on
+coiter Tensors, NumPy arrays and SciPy matrices build a :class:`Lazy` expression; nothing is
 computed until :meth:`Lazy.evaluate`, ``to_numpy()``, ``to_scipy()`` or ``np.asarray``.
 A chain is one index-notation assignment, so it compiles to one fused kernel:
 ``(A + B) @ x`` is ``out(i) = sum(j, (A(i,j) + B(i,j)) * x(j))``, with no intermediate
@@ -16,9 +18,15 @@ sparse where SciPy's does and nothing densifies unasked:
 - ``a + b``, ``a - b`` are sparse when both sides are;
 - ``a @ b`` is sparse when both sides are (sparse times dense is dense, as in SciPy);
 - a scalar factor or divisor, ``-a``, ``.T`` keep ``a``'s sparsity;
-- an element-wise function keeps it when the function is zero at zero (``sin``, ``abs``,
-  ``sqrt``), else the result is dense (``cos``, ``exp``);
-- ``.sum(axis=...)`` is dense.
+- an element-wise function (``**`` and the comparisons too) keeps it when every tensor
+  operand is sparse and the function is zero where they all are: ``sin``, ``abs``,
+  ``A ** 2``, ``np.maximum(A, 0)``, ``A > 0.5`` are sparse; ``cos``, ``A ** 0``, ``A < 0.5``,
+  ``np.maximum(A, M)`` with a dense ``M`` are dense;
+- ``.sum/max/min/mean(axis=...)`` are dense (``max`` and ``min`` see the implicit zeros, as
+  NumPy's on the dense array).
+
+A sparse result holds an entry wherever the kernel visited one, false comparisons included
+(:meth:`coiter.Tensor.prune` drops them).
 
 A sparse result is a compressed vector, CSR or CSF by order (``evaluate(format=...)``
 chooses another); a dense one is a dense array.
@@ -36,10 +44,10 @@ from .errors import ArgumentError, ShapeError
 from .formats import Format, as_format, csf, csr, dense
 from .formats.levels.compressed import Compressed
 from .notation.ast import (
-    Access, Add, Assignment, Call, Div, Expr, IndexVar, Literal, Mul, Neg, Reduction, Sub, as_expr,
+    Access, Add, Assignment, Call, Div, Expr, IndexVar, Mul, Neg, Reduction, Sub, as_expr,
     children, map_accesses, rename_index, walk, with_children,
 )
-from .notation.functions import ufunc_expr, zero_at
+from .notation.functions import FUNCTIONS, computation_dtype, ufunc_expr, zero_at
 from .tensor import Tensor, densify_check
 
 _leaves = itertools.count()  # operand names while an expression is built (L0, L1, ...)
@@ -82,9 +90,8 @@ class Lazy:
     @property
     def dtype(self) -> np.dtype:
         """The dtype NumPy would give the same operation."""
-        dtypes = [t.dtype for t in self._operands.values()]
-        scalars = [x.value for x in walk(self._expr) if isinstance(x, Literal)]
-        return np.result_type(*dtypes, *scalars)
+        dtypes = {n: t.dtype for n, t in self._operands.items()}
+        return computation_dtype(self._expr, dtypes, np.dtype(np.float64))
 
     @property
     def T(self) -> Lazy:
@@ -99,11 +106,39 @@ class Lazy:
 
     def sum(self, axis: int | tuple[int, ...] | None = None) -> Lazy:
         """The sum over ``axis`` (every axis when None): dense, as SciPy's."""
+        return self._reduced("sum", axis)
+
+    def max(self, axis: int | tuple[int, ...] | None = None) -> Lazy:
+        """The largest value over ``axis`` (every axis when None), implicit zeros included."""
+        return self._reduced("max", axis)
+
+    def min(self, axis: int | tuple[int, ...] | None = None) -> Lazy:
+        """The smallest value over ``axis`` (every axis when None), implicit zeros included."""
+        return self._reduced("min", axis)
+
+    def mean(self, axis: int | tuple[int, ...] | None = None) -> Lazy:
+        """The mean over ``axis`` (every axis when None), implicit zeros included."""
+        return self._reduced("sum", axis) / math.prod(self.shape[a] for a in self._axes(axis))
+
+    def _axes(self, axis: int | tuple[int, ...] | None) -> list[int]:
+        """The axes ``axis`` names (all when None), non-negative and sorted."""
         axes = range(self.ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
-        summed = sorted({_axis(a, self.ndim) for a in axes})
+        return sorted({_axis(a, self.ndim) for a in axes})
+
+    def _reduced(self, op: str, axis: int | tuple[int, ...] | None) -> Lazy:
+        """This expression reduced by ``op`` over ``axis`` (every axis when None): dense."""
+        summed = self._axes(axis)
+        empty = next((a for a in summed if self.shape[a] == 0), None)
+        if op != "sum" and empty is not None:
+            # NumPy's ValueError too: min and max have no value over nothing
+            raise ShapeError(f"{op} over axis {empty} of length 0 (shape {self.shape}) has no "
+                             "value")
         expr = self._expr
+        widened = _sum_type(self.dtype) if op == "sum" else None
+        if widened is not None:
+            expr = Call(widened, (expr,))
         for a in summed:
-            expr = Reduction(self._free[a], expr)
+            expr = Reduction(self._free[a], expr, op)
         keep = [a for a in range(self.ndim) if a not in summed]
         return Lazy(expr, tuple(self._free[a] for a in keep), tuple(self.shape[a] for a in keep),
                     self._operands, False)
@@ -135,6 +170,27 @@ class Lazy:
 
     def __pos__(self) -> Lazy:
         return self
+
+    def __abs__(self) -> Lazy:
+        return _apply(np.absolute, (self,))
+
+    def __pow__(self, other: Any) -> Lazy:
+        return _apply(np.power, (self, other))
+
+    def __rpow__(self, other: Any) -> Lazy:
+        return _apply(np.power, (other, self))
+
+    def __lt__(self, other: Any) -> Lazy:
+        return _apply(np.less, (self, other))
+
+    def __le__(self, other: Any) -> Lazy:
+        return _apply(np.less_equal, (self, other))
+
+    def __gt__(self, other: Any) -> Lazy:
+        return _apply(np.greater, (self, other))
+
+    def __ge__(self, other: Any) -> Lazy:
+        return _apply(np.greater_equal, (self, other))
 
     def __matmul__(self, other: Any) -> Lazy:
         return _matmul(self, other)
@@ -219,6 +275,16 @@ def _is_scalar(obj: Any) -> bool:
     return isinstance(obj, (bool, int, float, complex, np.generic)) and np.ndim(obj) == 0
 
 
+def _sum_type(dtype: np.dtype) -> str | None:
+    """The type NumPy sums ``dtype`` in where it is not ``dtype``: bools and integers
+    narrower than 64 bits add up in 64-bit integers (``(A > 0.5).sum()`` counts)."""
+    if dtype.kind == "b" or (dtype.kind == "i" and dtype.itemsize < 8):
+        return "int64"
+    if dtype.kind == "u" and dtype.itemsize < 8:
+        return "uint64"
+    return None
+
+
 def _axis(a: int, ndim: int) -> int:
     if not -ndim <= a < ndim:
         raise ShapeError(f"axis {a} is out of range for {ndim} axes")
@@ -258,16 +324,23 @@ def _elementwise(x: Any, y: Any, op: str) -> Lazy:
         args = (lit, lazy._expr) if _is_scalar(x) else (lazy._expr, lit)
         return Lazy(_BINARY[op](*args), lazy._free, lazy.shape, lazy._operands, sparse)
     a, b = Lazy.leaf(x), Lazy.leaf(y)
-    # NumPy's broadcasting of missing leading axes (a row vector scales every row); axes of
-    # length 1 would need an index that is no variable
-    wide = a if a.ndim >= b.ndim else b
-    free = wide._free
-    if a.shape != wide.shape[wide.ndim - a.ndim:] or b.shape != wide.shape[wide.ndim - b.ndim:]:
-        raise ShapeError(f"operands of {op} have shapes {a.shape} and {b.shape}; coiter expressions "
-                         "broadcast only missing leading axes (write it in index notation)")
-    left, right = _rebase(a, free[len(free) - a.ndim:]), _rebase(b, free[len(free) - b.ndim:])
+    free, shape, (left, right) = _aligned(op, (a, b))
     sparse = (a._sparse or b._sparse) if op == "*" else (a._sparse and b._sparse)
-    return Lazy(_BINARY[op](left, right), free, wide.shape, {**a._operands, **b._operands}, sparse)
+    return Lazy(_BINARY[op](left, right), free, shape, {**a._operands, **b._operands}, sparse)
+
+
+def _aligned(op: str, operands: tuple[Lazy, ...]) -> tuple[tuple[IndexVar, ...], tuple[int, ...],
+                                                             list[Expr]]:
+    """The variables and shape of the widest operand and every operand's expression over
+    them: NumPy's broadcasting of missing leading axes (a row vector scales every row); axes
+    of length 1 would need an index that is no variable."""
+    wide = max(operands, key=lambda o: o.ndim)
+    free = wide._free
+    if any(o.shape != wide.shape[wide.ndim - o.ndim:] for o in operands):
+        shapes = " and ".join(str(o.shape) for o in operands)
+        raise ShapeError(f"operands of {op} have shapes {shapes}; coiter expressions broadcast "
+                         "only missing leading axes (write it in index notation)")
+    return free, wide.shape, [_rebase(o, free[len(free) - o.ndim:]) for o in operands]
 
 
 def _matmul(x: Any, y: Any) -> Lazy:
@@ -289,12 +362,20 @@ def _matmul(x: Any, y: Any) -> Lazy:
                 a._sparse and b._sparse)
 
 
-def _function(ufunc: np.ufunc, x: Any) -> Lazy:
-    """An element-wise intrinsic of one operand: sparse when the function is zero at zero."""
-    a = Lazy.leaf(x)
-    expr = ufunc_expr(ufunc, [a._expr])
-    keeps = isinstance(expr, Call) and zero_at(expr.fn, (0.0,))
-    return Lazy(expr, a._free, a.shape, a._operands, a._sparse and keeps)
+def _apply(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
+    """NumPy's element-wise ``ufunc`` of tensors and scalars as an intrinsic: sparse when
+    every tensor operand is and the function is zero where they all are (at their zeros and
+    the scalars)."""
+    leaves = [Lazy.leaf(x) for x in inputs if not _is_scalar(x)]
+    free, shape, exprs = _aligned(ufunc.__name__, tuple(leaves))
+    tensor_exprs = iter(exprs)
+    args = [as_expr(x) if _is_scalar(x) else next(tensor_exprs) for x in inputs]
+    expr = ufunc_expr(ufunc, args)
+    at_zeros = tuple(x if _is_scalar(x) else 0 for x in inputs)
+    sparse = (all(a._sparse for a in leaves) and isinstance(expr, Call)
+              and zero_at(expr.fn, at_zeros))
+    operands = {n: t for a in leaves for n, t in a._operands.items()}
+    return Lazy(expr, free, shape, operands, sparse)
 
 
 # ---------------------------------------------------------------------- NumPy protocols
@@ -318,19 +399,19 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: d
             return -Lazy.leaf(inputs[0])
         if ufunc is np.positive:
             return Lazy.leaf(inputs[0])
-        if len(inputs) == 1:
-            try:
-                return _function(ufunc, inputs[0])
-            except ArgumentError:
-                pass
+        if any(f.ufunc is ufunc for f in FUNCTIONS.values()):
+            return _apply(ufunc, inputs)
     raise TypeError(f"numpy.{ufunc.__name__}{'' if method == '__call__' else '.' + method} on a coiter "
                     "tensor is not supported; densify explicitly with .to_numpy() first, or write "
                     "the computation in index notation (coiter.evaluate)")
 
 
+_REDUCTIONS = {np.sum: "sum", np.max: "max", np.min: "min", np.mean: "mean"}
+
+
 def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """NumPy's functions that keep sparsity (``matmul``, ``dot``, ``transpose``, ``sum``,
-    ``einsum``, ``tensordot``) on coiter tensors; ``shape``, ``ndim`` and ``size`` answer;
+    ``max``, ``min``, ``mean``, ``einsum``, ``tensordot``) on coiter tensors; ``shape``, ``ndim`` and ``size`` answer;
     any other densifies operands small enough to (see ``Tensor.__array__``) and raises for
     larger ones."""
     if func in (np.shape, np.ndim, np.size):
@@ -345,8 +426,10 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         return _matmul(x, y)
     if func is np.transpose:
         return Lazy.leaf(args[0]).transpose(kwargs.get("axes", args[1] if len(args) > 1 else None))
-    if func is np.sum and set(kwargs) <= {"axis"} and len(args) <= 2:
-        return Lazy.leaf(args[0]).sum(kwargs.get("axis", args[1] if len(args) > 1 else None))
+    reduction = _REDUCTIONS.get(func)
+    if reduction is not None and set(kwargs) <= {"axis"} and len(args) <= 2:
+        axis = kwargs.get("axis", args[1] if len(args) > 1 else None)
+        return getattr(Lazy.leaf(args[0]), reduction)(axis)
     if func is np.einsum and not kwargs and isinstance(args[0], str):
         from .api import einsum
 

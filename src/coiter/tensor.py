@@ -654,6 +654,30 @@ class Tensor:
     def __pos__(self) -> Any:
         return self._lazy()
 
+    def __abs__(self) -> Any:
+        return abs(self._lazy())
+
+    def __pow__(self, other: Any) -> Any:
+        """``A ** p``: element-wise power (sparse for a positive ``p``)."""
+        return self._lazy() ** other
+
+    def __rpow__(self, other: Any) -> Any:
+        return other ** self._lazy()
+
+    def __lt__(self, other: Any) -> Any:
+        """``A < b``: element-wise comparison, a bool expression (``==`` and ``!=`` keep
+        Python's identity meaning: ``np.equal``)."""
+        return self._lazy() < other
+
+    def __le__(self, other: Any) -> Any:
+        return self._lazy() <= other
+
+    def __gt__(self, other: Any) -> Any:
+        return self._lazy() > other
+
+    def __ge__(self, other: Any) -> Any:
+        return self._lazy() >= other
+
     def __matmul__(self, other: Any) -> Any:
         """``A @ B``: matrix product (1-D and 2-D operands)."""
         return self._lazy() @ other
@@ -674,6 +698,21 @@ class Tensor:
     def sum(self, axis: Any = None) -> Any:
         """The sum over ``axis`` (all when None), as a dense expression."""
         return self._lazy().sum(axis)
+
+    def max(self, axis: Any = None) -> Any:
+        """The largest value over ``axis`` (all when None), implicit zeros included, as a
+        dense expression."""
+        return self._lazy().max(axis)
+
+    def min(self, axis: Any = None) -> Any:
+        """The smallest value over ``axis`` (all when None), implicit zeros included, as a
+        dense expression."""
+        return self._lazy().min(axis)
+
+    def mean(self, axis: Any = None) -> Any:
+        """The mean over ``axis`` (all when None), implicit zeros included, as a dense
+        expression."""
+        return self._lazy().mean(axis)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         return self.frontend.array_ufunc(ufunc, method, inputs, kwargs)

@@ -41,17 +41,29 @@ def computable(dtype: np.dtype) -> np.dtype:
 
 def _cast(x: IRExpr, source: np.dtype, target: np.dtype) -> IRExpr:
     """``x`` (of type ``source``) converted to ``target`` as NumPy's ``astype`` does on x86:
-    complex to real keeps the real part; a float beyond the integer range, or NaN, becomes
-    the type's minimum (C leaves that undefined)."""
+    complex to real keeps the real part; a float beyond a signed type's range, or NaN,
+    becomes the type's minimum (C leaves that undefined)."""
     ctype = c_value_type(target)
     if source.kind == "c" and target.kind != "c":
         x = Call("creal", (x,)) if target.kind != "b" else x
         source = np.dtype(np.float64)
+    if source.kind in "fc" and target == np.uint64:
+        # x86's conversion, as NumPy's: below 2**63 through int64, from 2**63 on through
+        # int64 of x - 2**63 with the top bit set back (so NaN gives 2**63, -1.5 gives
+        # 2**64 - 1, and 2**64 or more gives 0)
+        top = Cast(ctype, Const(-2**63))
+        high = Bin("^", Cast(ctype, _to_int64(Bin("-", x, Const(2.0**63)))), top)
+        return Select(Bin(">=", x, Const(2.0**63)), high, Cast(ctype, _to_int64(x)))
     if source.kind in "fc" and target.kind in "iu":
         info = np.iinfo(target)
         inside = Bin("&&", Bin(">=", x, Const(float(info.min))), Bin("<", x, Const(-float(info.min))))
         return Select(inside, Cast(ctype, x), Const(int(info.min)))
     return Cast(ctype, x)
+
+
+def _to_int64(x: IRExpr) -> IRExpr:
+    """A float ``x`` as int64 the x86 way: NaN and values out of range give its minimum."""
+    return _cast(x, np.dtype(np.float64), np.dtype(np.int64))
 
 
 def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str, None]) -> IRExpr:

@@ -81,7 +81,7 @@ def _table() -> dict[str, Function]:
     ]
     table = {name: Function(name, ufunc, c, z) for name, ufunc, c, z in rows}
     # casts, named by the type: float32(b(i)) is b.astype(np.float32)
-    for name in ("bool", "int32", "int64", "float32", "float64", "complex128"):
+    for name in ("bool", "int32", "int64", "uint64", "float32", "float64", "complex128"):
         table[name] = Function(name, None, cast=name)
     return table
 
