@@ -14,6 +14,7 @@ from coiter.notation.einsum import parse_einsum
 from coiter.notation.reductions import insert_reductions
 
 i, j, k = IndexVar("i"), IndexVar("j"), IndexVar("k")
+a, b = IndexVar("a"), IndexVar("b")  # the first letters no term uses: an ellipsis's
 
 
 def acc(name: str, *indices: IndexVar) -> Access:
@@ -40,10 +41,21 @@ def acc(name: str, *indices: IndexVar) -> Access:
         (",i->i", [0, 1], Assignment(acc("out", i), Mul(acc("T0"), acc("T1", i)))),
         # Implicit output order is ASCII order, as in NumPy: upper case before lower case.
         ("iB", [2], Assignment(acc("out", IndexVar("B"), i), acc("T0", i, IndexVar("B")))),
+        # An ellipsis takes letters no term uses, in order, aligned at the last dimension;
+        # implicit output puts its dimensions first.
+        ("...ij,...j", [4, 2], Assignment(acc("out", a, b, i),
+                                          Mul(acc("T0", a, b, i, j), acc("T1", b, j)))),
+        ("i...->...", [3], Assignment(acc("out", a, b), acc("T0", i, a, b))),
+        ("...->...i", [0], None),
+        ("ij...,jk->ik", [2, 2], Assignment(acc("out", i, k), Mul(acc("T0", i, j), acc("T1", j, k)))),
     ],
 )
-def test_subscripts_become_products(subscripts: str, ranks: list[int], expected: Assignment) -> None:
-    assert parse_einsum(subscripts, len(ranks), ranks) == expected
+def test_subscripts_become_products(subscripts: str, ranks: list[int], expected: Assignment | None) -> None:
+    if expected is None:
+        with pytest.raises(ParseError, match="'i' does not appear"):
+            parse_einsum(subscripts, len(ranks), ranks)
+    else:
+        assert parse_einsum(subscripts, len(ranks), ranks) == expected
 
 
 def test_summed_letters_get_innermost_reductions() -> None:
@@ -57,8 +69,10 @@ def test_summed_letters_get_innermost_reductions() -> None:
 @pytest.mark.parametrize(
     ("subscripts", "ranks", "column", "fragment"),
     [
-        ("...ij", [3], 1, "ellipsis"),
-        ("ij,...->", [2, 1], 4, "ellipsis"),
+        ("...i...j", [3], 5, "one ellipsis"),
+        ("...ij->ij", [3], 1, "stands for 1 dimension(s) that the output does not place"),
+        ("a...bc,...d->", [2, 1], 1, "operand 0 (T0) has 2 dimension(s) but its subscripts 'abc' name 3"),
+        ("i..j", [2], 2, "invalid character '.'"),
         ("ij,jk", [2], 4, "name 2 operand(s) but 1"),
         ("ij", [2, 2], 3, "name 1 operand(s) but 2"),
         ("ij->ij", [2, 2], 3, "name 1 operand(s) but 2"),

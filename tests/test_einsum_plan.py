@@ -162,6 +162,31 @@ def test_mismatched_letter_extents_name_the_letter() -> None:
         coiter.einsum("ij,jk,k->i", RNG.random((6, 7)), RNG.random((7, 8)), RNG.random(9), optimize=plan)
 
 
+@pytest.mark.parametrize(("subscripts", "shapes", "sparse"), [
+    ("...ij,...j->...i", [(3, 4, 5), (3, 5)], [False, False]),
+    ("...ij,...j", [(4, 5), (5,)], [True, False]),
+    ("ij...,jk->ik", [(4, 5), (5, 6)], [True, True]),
+    ("i...,i...->...", [(6, 3, 2), (6, 3, 2)], [False, False]),
+    ("...,...", [(), (4, 5)], [False, True]),
+    ("b...,...a", [(2, 3), (3, 4)], [True, False]),
+    ("...ii->...i", [(2, 3, 3)], [False]),
+    ("ab...,b...->a...", [(5, 4, 3), (4, 3)], [False, False]),
+])
+def test_ellipsis_subscripts_equal_numpys(subscripts: str, shapes: list[tuple[int, ...]],
+                                          sparse: list[bool]) -> None:
+    operands = []
+    for shape, is_sparse in zip(shapes, sparse):
+        x = np.where(RNG.random(shape) < 0.5, RNG.random(shape), 0.0)
+        operands.append(coiter.Tensor.from_numpy(x, format="csr") if is_sparse else x)
+    got = _check(subscripts, *operands)
+    assert got.shape == np.einsum(subscripts, *(_dense(x) for x in operands)).shape
+
+
+def test_ellipsis_dimensions_do_not_broadcast_length_one() -> None:
+    with pytest.raises(ShapeError, match="extent 1 in operand 0 .* but 3 in operand 1"):
+        coiter.einsum("...i,...i->...", RNG.random((1, 4)), RNG.random((3, 4)))
+
+
 def test_plan_text_lists_every_step() -> None:
     plan = coiter.einsum_path("ij,jk,k->i", _sparse(50, 50, 3, 11), _sparse(50, 50, 3, 12), RNG.random(50))
     text = str(plan)

@@ -1,7 +1,10 @@
 """Translate NumPy einsum subscripts (``"ij,jk->ik"``) into index notation.
 
 Operands are named ``T0, T1, ...`` and the result ``out``; each subscript
-letter becomes the index variable of that name. The right-hand side is the
+letter becomes the index variable of that name. An ellipsis (``"...ij,...j->...i"``) stands
+for an operand's leading, trailing or middle dimensions that the letters do not name, as in
+NumPy: letters no term uses name them, the ellipses of all operands aligned at their last
+dimension. The right-hand side is the
 product of all operands, so every letter not in the output is summed over the
 whole product, as in NumPy; :func:`coiter.notation.reductions.insert_reductions`
 makes those sums explicit.
@@ -20,10 +23,13 @@ __all__ = ["parse_einsum"]
 
 @dataclass
 class _Term:
-    """The subscripts of one operand (or of the output), with 1-based columns."""
+    """The subscripts of one operand (or of the output), with 1-based columns; ``ellipsis``
+    is where its ``...`` stands among the letters (None without one)."""
 
     start: int
     letters: list[tuple[str, int]] = field(default_factory=list)
+    ellipsis: int | None = None
+    ellipsis_column: int = 0
 
     @property
     def text(self) -> str:
@@ -43,16 +49,20 @@ class _Subscripts:
     inputs: list[_Term]
     output: _Term | None
     inputs_end: int  # column just past the input terms, for "too few operands"
+    # the letters standing for the inputs' ellipsis dimensions, with the column of an
+    # ellipsis (set by _expanded)
+    inputs_ellipsis: list[tuple[str, int]] = field(default_factory=list)
 
 
 def parse_einsum(subscripts: str, n_operands: int, ranks: list[int]) -> Assignment:
     """Index notation for ``numpy.einsum(subscripts, *operands)``.
 
     ``ranks[k]`` is the number of dimensions of operand ``k``. Implicit mode
-    (no ``->``) outputs the letters used exactly once, sorted, as NumPy does.
-    A letter repeated within one operand reads its diagonal (``"ii->"`` is the trace,
-    ``"ii->i"`` the diagonal). Raises :class:`ParseError` for malformed subscripts, a
-    mismatch with the operands, and for ellipses, which coiter does not support.
+    (no ``->``) outputs the ellipsis's dimensions, then the letters used exactly once,
+    sorted, as NumPy does. A letter repeated within one operand reads its diagonal
+    (``"ii->"`` is the trace, ``"ii->i"`` the diagonal). Raises :class:`ParseError` for
+    malformed subscripts and a mismatch with the operands. An ellipsis's dimensions of
+    length 1 do not broadcast against longer ones, as NumPy's do: their extents must agree.
     """
     if len(ranks) != n_operands:
         raise ValueError(f"got {len(ranks)} ranks for {n_operands} operands")
@@ -62,10 +72,11 @@ def parse_einsum(subscripts: str, n_operands: int, ranks: list[int]) -> Assignme
 @functools.lru_cache(maxsize=256)
 def _parsed(subscripts: str, ranks: tuple[int, ...]) -> Assignment:
     # an einsum call per kernel call parses the same few strings: parse each once
-    scanned = _scan(subscripts)
+    scanned = _expanded(subscripts, _scan(subscripts), ranks)
     _check_operands(subscripts, scanned, ranks)
     if scanned.output is None:
-        out_letters = _implicit_output(scanned.inputs)
+        broadcast = [c for c, column in scanned.inputs_ellipsis]
+        out_letters = broadcast + [c for c in _implicit_output(scanned.inputs) if c not in broadcast]
     else:
         out_letters = _checked_output(subscripts, scanned.output, scanned.inputs)
     operands = [
@@ -96,11 +107,53 @@ def _scan(text: str) -> _Subscripts:
         elif c == ",":
             raise ParseError("the output subscripts (after '->') cannot contain ','", text, column)
         elif text.startswith("...", pos):
-            raise ParseError("ellipsis ('...') is not supported in einsum subscripts", text, column)
+            if current.ellipsis is not None:
+                raise ParseError("a term of einsum subscripts may contain one ellipsis ('...')",
+                                 text, column)
+            current.ellipsis, current.ellipsis_column = len(current.letters), column
+            pos += 2
         elif not c.isspace():
             raise ParseError(f"invalid character {c!r} in einsum subscripts", text, column)
         pos += 1
     return _Subscripts(inputs, output, inputs_end)
+
+
+def _expanded(text: str, scanned: _Subscripts, ranks: tuple[int, ...]) -> _Subscripts:
+    """``scanned`` with each ellipsis replaced by letters no term uses, one per dimension it
+    stands for, aligned at the operands' last dimensions (NumPy's broadcasting)."""
+    terms = scanned.inputs + ([scanned.output] if scanned.output is not None else [])
+    if all(t.ellipsis is None for t in terms):
+        return scanned
+    widths = [rank - len(term.letters) for term, rank in zip(scanned.inputs, ranks)
+              if term.ellipsis is not None]
+    width = max([w for w in widths if w > 0], default=0)
+    used = {c for term in terms for c, _ in term.letters}
+    free = [c for c in string.ascii_letters if c not in used]
+    if width > len(free):
+        column = next(t.ellipsis_column for t in terms if t.ellipsis is not None)
+        raise ParseError(f"the ellipsis stands for {width} dimensions but only {len(free)} "
+                         "letters are left to name them", text, column)
+    names = free[:width]
+
+    def expand(term: _Term, n: int) -> _Term:
+        if term.ellipsis is None:
+            return term
+        if n < 0:  # more letters than dimensions: _check_operands says so
+            n = 0
+        fill = [(c, term.ellipsis_column) for c in names[width - n:]]
+        at = term.ellipsis
+        return _Term(term.start, term.letters[:at] + fill + term.letters[at:])
+
+    inputs = [expand(t, r - len(t.letters)) for t, r in zip(scanned.inputs, ranks)]
+    inputs += scanned.inputs[len(ranks):]  # surplus terms: _check_operands says so
+    column = next((t.ellipsis_column for t in scanned.inputs if t.ellipsis is not None), 0)
+    output = scanned.output
+    if output is not None:
+        if output.ellipsis is None and width:
+            raise ParseError(f"the inputs' ellipsis stands for {width} dimension(s) that the "
+                             "output does not place: write '...' in it", text, column)
+        output = expand(output, width)
+    return _Subscripts(inputs, output, scanned.inputs_end, [(c, column) for c in names])
 
 
 def _check_operands(text: str, scanned: _Subscripts, ranks: list[int]) -> None:
