@@ -719,3 +719,40 @@ def test_format_answers_cached_on_first_use_agree_with_a_fresh_format(text: str)
         assert f == a and (f.to_string(), hash(f), f.is_dense) == first
     assert first[2] == (text == "dd")
     assert {a: 1}[c] == 1
+
+
+def test_tensors_act_as_numpy_arrays_do_in_python() -> None:
+    """len, iteration, size, astype, dot, truth and conversion to Python scalars, against
+    NumPy on the densified matrix."""
+    rng = np.random.default_rng(5)
+    dense = np.where(rng.random((6, 5)) < 0.4, rng.random((6, 5)), 0.0)
+    T = Tensor.from_numpy(dense, format="csr")
+    assert len(T) == 6 and T.size == 30
+    rows = list(T)  # Python's iteration stops at the first index past the end
+    assert len(rows) == 6
+    for row, want in zip(rows, dense):
+        np.testing.assert_array_equal(row.to_numpy(), want)
+    with pytest.raises(IndexError, match="index 6 is out of bounds for mode 0 of size 6"):
+        T[6]
+    with pytest.raises(coiter.OutOfBoundsError):
+        T[:, [0, 5]]
+    as_int = T.astype(np.int32)
+    assert as_int.dtype == np.int32 and as_int.format == T.format and as_int.nnz == T.nnz
+    np.testing.assert_array_equal(as_int.to_numpy(), dense.astype(np.int32))
+    with pytest.raises(DTypeError, match="unsupported dtype object"):
+        T.astype(object)
+    filled = T.with_fill(np.inf).astype(np.float32)
+    assert filled.fill_value == np.inf and filled.dtype == np.float32
+    np.testing.assert_allclose(T.dot(np.ones(5)).to_numpy(), dense @ np.ones(5), rtol=1e-14)
+    assert float(T.max()) == dense.max() and int((T > 0.5).sum()) == np.count_nonzero(dense > 0.5)
+    assert complex(T.sum()) == pytest.approx(dense.sum(), rel=1e-14)
+    with pytest.raises(TypeError, match="order 0 converts to float, not one of shape \\(6, 5\\)"):
+        float(T)
+    with pytest.raises(ValueError, match="truth value of a tensor of shape \\(6, 5\\) is ambiguous"):
+        bool(T > 0.5)
+    with pytest.raises(ValueError, match="ambiguous"):
+        0 < T < 1  # noqa: B015 (Python asks for the truth of 0 < T)
+    assert bool(T.max() > 0.1) == bool(dense.max() > 0.1)
+    assert bool(T[0:1, 0:1]) == bool(dense[0, 0])
+    with pytest.raises(TypeError, match="len"):
+        len(T.sum())

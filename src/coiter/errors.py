@@ -28,6 +28,11 @@ class ShapeError(CoiterError, ValueError):
     """Operand shapes disagree (names the index variable and both sizes)."""
 
 
+class OutOfBoundsError(ShapeError, IndexError):
+    """An index past the end of a mode (``A[10]`` of 10 rows); an IndexError too, as NumPy's,
+    so Python's iteration and code catching IndexError see it."""
+
+
 class FormatError(CoiterError, ValueError):
     """A format is malformed, or data does not match the format it claims."""
 

@@ -246,6 +246,29 @@ class Lazy:
     def to_numpy(self) -> np.ndarray:
         return self.evaluate().to_numpy()
 
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of an expression of order 0")
+        return self.shape[0]
+
+    def __bool__(self) -> bool:
+        """The truth of a single value; for more, NumPy's error (``if A > 0.5:`` and
+        ``0 < A < 1`` are ambiguous)."""
+        return bool(self.evaluate())
+
+    def __float__(self) -> float:
+        return float(self.evaluate())
+
+    def __int__(self) -> int:
+        return int(self.evaluate())
+
+    def __complex__(self) -> complex:
+        return complex(self.evaluate())
+
     def to_scipy(self) -> sp.sparray:
         return self.evaluate().to_scipy()
 

@@ -511,6 +511,11 @@ class Tensor:
         return len(self._storage.shape)
 
     @property
+    def size(self) -> int:
+        """The number of entries, stored or not (the product of the shape), as NumPy's."""
+        return math.prod(self.shape)
+
+    @property
     def format(self) -> Format:
         return self._storage.format
 
@@ -537,6 +542,53 @@ class Tensor:
         otherwise: ``from_scipy(m, fill_value=np.inf)``, or a result's, computed from its
         operands')."""
         return self.storage.fill
+
+    def astype(self, dtype: Any) -> Tensor:
+        """This tensor with its values (and fill value) converted to ``dtype`` as NumPy's
+        ``astype`` converts them, in the same format and pattern (a new Tensor; the index
+        arrays are shared)."""
+        dt = check_dtype(dtype)
+        s = self.storage
+        fill = np.asarray(s.fill).astype(dt)[()]
+        return Tensor._wrap(replace(s, vals=s.vals.astype(dt), fill=check_fill(fill, dt)), self._name)
+
+    def dot(self, other: Any) -> Any:
+        """``A.dot(b)`` is ``A @ b``, as SciPy's."""
+        return self @ other
+
+    def __len__(self) -> int:
+        """The size of the first mode, as NumPy's ``len``."""
+        if not self.shape:
+            raise TypeError("len() of a tensor of order 0")
+        return self.shape[0]
+
+    def __iter__(self) -> Any:
+        """The slices along the first mode (``A[0]``, ``A[1]``...), as NumPy iterates."""
+        return (self[k] for k in range(len(self)))
+
+    def __bool__(self) -> bool:
+        """The truth of a tensor of one entry; for more, NumPy's error (ambiguous)."""
+        if self.size != 1:
+            raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
+                             "reduce it first (.max(), .min(), .sum())")
+        return bool(self.to_numpy().reshape(())[()])
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __complex__(self) -> complex:
+        return complex(self._scalar("complex"))
+
+    def _scalar(self, kind: str) -> Any:
+        """The value of a tensor of order 0 (TypeError for others, whose conversion to a
+        ``kind`` NumPy deprecates)."""
+        if self.shape:
+            raise TypeError(f"only a tensor of order 0 converts to {kind}, not one of shape "
+                            f"{self.shape}")
+        return self.to_numpy()[()]
 
     def with_fill(self, fill_value: Any) -> Tensor:
         """This tensor's stored entries over another fill value (no copy): the entries it

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentError, FormatError, ShapeError
+from ..errors import ArgumentError, FormatError, OutOfBoundsError, ShapeError
 from .format import Format, csf, dense
 from .levels.compressed import Compressed
 from .levels.dense import Dense
@@ -49,7 +49,7 @@ def normalize_key(key: Any, shape: tuple[int, ...]) -> tuple[ModeKey, ...]:
             out.append((start, max(start, stop), step))
         elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
             if not -dim <= k < dim:
-                raise ShapeError(f"index {k} is out of bounds for mode {mode} of size {dim}")
+                raise OutOfBoundsError(f"index {k} is out of bounds for mode {mode} of size {dim}")
             out.append(int(k) % dim)
         else:
             raise ArgumentError(f"mode {mode}: tensors are indexed by integers, slices and '...' "
@@ -127,7 +127,7 @@ def index_storage(st: Storage, key: Any) -> Storage:
     picks = picks.astype(np.int64)
     bad = picks[(picks < -dim) | (picks >= dim)]
     if bad.size:
-        raise ShapeError(f"index {int(bad[0])} is out of bounds for mode {mode} of size {dim}")
+        raise OutOfBoundsError(f"index {int(bad[0])} is out of bounds for mode {mode} of size {dim}")
     basic = slice_storage(st, given[:at] + (slice(None),) + given[at + 1:])
     return gather_storage(basic, mode, picks % dim if dim else picks)
 
