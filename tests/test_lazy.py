@@ -187,6 +187,14 @@ def test_large_sparse_tensors_do_not_densify_silently(monkeypatch: pytest.Monkey
     assert np.shape(big) == (20000, 20000) and np.ndim(big) == 2 and np.size(big) == 4 * 10**8
 
 
+def test_numpy_functions_given_tensors_in_lists_densify_them() -> None:
+    """``np.concatenate([A, B])`` handed the tensors inside its list back to NumPy's
+    dispatch, which called coiter again without end (RecursionError)."""
+    np.testing.assert_array_equal(np.concatenate([A, B]), np.concatenate([Ad, Bd]))
+    np.testing.assert_array_equal(np.stack((A, A * M, M)), np.stack((Ad, Ad * M, M)))
+    np.testing.assert_array_equal(np.where(A > 0.5, A, -1.0), np.where(Ad > 0.5, Ad, -1.0))
+
+
 def test_einsum_and_tensordot_keep_sparsity() -> None:
     got = np.einsum("ij,jk->ik", A, C)
     assert isinstance(got, coiter.Tensor)

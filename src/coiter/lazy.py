@@ -405,10 +405,6 @@ def _apply(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
 _OPERATORS = {np.add: "+", np.subtract: "-", np.multiply: "*", np.true_divide: "/"}
 
 
-def _coiter(obj: Any) -> bool:
-    return isinstance(obj, (Tensor, Lazy))
-
-
 def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """NumPy's ufuncs on coiter tensors: arithmetic and ``matmul`` build expressions, as the
     operators do; one-operand intrinsics (``np.sin``) too. Anything else (reductions such as
@@ -459,11 +455,25 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         return einsum(args[0], *args[1:])
     if func is np.tensordot and set(kwargs) <= {"axes"}:
         return _tensordot(*args, **kwargs)
-    for obj in args:
-        if isinstance(obj, Tensor):
-            densify_check(obj, f"numpy.{func.__name__}")
-    dense_args = [np.asarray(x) if _coiter(x) else x for x in args]
-    return func(*dense_args, **kwargs)
+    name = f"numpy.{func.__name__}"
+    return func(*(_densified(x, name) for x in args),
+                **{k: _densified(v, name) for k, v in kwargs.items()})
+
+
+def _densified(obj: Any, function: str) -> Any:
+    """``obj`` with every coiter tensor in it, in lists and tuples too (``np.concatenate([A,
+    B])``), as a NumPy array: NumPy would hand a tensor left inside back to
+    ``__array_function__``, without end."""
+    if isinstance(obj, Tensor):
+        densify_check(obj, function)
+        return np.asarray(obj)
+    if isinstance(obj, Lazy):
+        return _densified(obj.evaluate(), function)
+    if isinstance(obj, list):
+        return [_densified(x, function) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(_densified(x, function) for x in obj)
+    return obj
 
 
 def _tensordot(x: Any, y: Any, axes: Any = 2) -> Any:
