@@ -277,3 +277,44 @@ def test_prune_drops_the_zeros_kernels_store(fmt) -> None:
     coords, vals = pruned.storage.to_coords()
     assert np.all((vals != 0))  # NaN != 0 holds: NaN entries stay
     assert np.isnan(vals).sum() == np.isnan(want).sum()
+
+
+def _sparse_matrix(rng: np.random.Generator, shape: tuple[int, int], dtype: str) -> np.ndarray:
+    values = np.where(rng.random(shape) < 0.5, rng.integers(-4, 5, shape), 0)
+    if dtype == "complex128":
+        return values + 1j * np.where(values != 0, rng.integers(-4, 5, shape), 0)
+    return values.astype(dtype)
+
+
+# (expression, dtypes of A, B and O, NumPy's value from A, B, O): a reduction an intrinsic
+# reads is computed in its own type, not the result's (bool, float64, int32 here)
+NESTED = {
+    "comparison of a product": ("C(i,j) = lte(sum(k, A(i,k) * B(k,j)), O(i,j))", "int32",
+                                lambda A, B, O: (A @ B) <= O),
+    "comparison of floats": ("C(i,j) = sum(k, A(i,k) * B(k,j)) > O(i,j)", "float64",
+                             lambda A, B, O: (A @ B) > O),
+    "abs of a complex sum": ("C(i,j) = abs(sum(k, A(i,k) * B(k,j)))", "complex128",
+                             lambda A, B, O: np.abs(A @ B)),
+    "cast of a float sum": ("C(i,j) = int32(sum(k, A(i,k) * B(k,j)) * 0.5)", "float64",
+                            lambda A, B, O: ((A @ B) * 0.5).astype(np.int32)),
+    "sqrt of an integer sum": ("C(i,j) = sqrt(abs(sum(k, A(i,k) * B(k,j))))", "int64",
+                               lambda A, B, O: np.sqrt(np.abs(A @ B))),
+    "max reduction compared": ("C(i,j) = max(k, A(i,k) * B(k,j)) >= O(i,j)", "int32",
+                               lambda A, B, O: (A[:, :, None] * B[None]).max(axis=1) >= O),
+    "nested sums under abs": ("C(i,j) = abs(sum(k, A(i,k) * sum(l, B(k,l) * O(l,j)) + O(i,j)))",
+                              "complex128", lambda A, B, O: np.abs(A @ (B @ O) + 6 * O)),
+}
+
+
+@pytest.mark.parametrize("fmt", ["dd", "ds", "ss"])
+@pytest.mark.parametrize("case", sorted(NESTED))
+def test_reductions_inside_intrinsics_keep_their_own_type(case: str, fmt: str) -> None:
+    """A sum inside a comparison was computed in bool (the result's type: every product cast
+    to bool first), inside ``abs`` of complex values in float64 (their real parts), inside a
+    cast in the cast's type."""
+    text, dtype, reference = NESTED[case]
+    rng = np.random.default_rng(sorted(NESTED).index(case))
+    A, B, O = (_sparse_matrix(rng, (6, 6), dtype) for _ in range(3))
+    operands = {n: coiter.Tensor.from_numpy(x, format=fmt) for n, x in zip("ABO", (A, B, O))
+                if f"{n}(" in text}
+    _check(coiter.evaluate(text, **operands), reference(A, B, O))

@@ -32,10 +32,13 @@ from ..formats.workspaces import DENSE, policy_names
 from ..lattice.graph import Edge, LoopOrder, choose_order
 from ..lattice.lattice import Iter, build_lattice
 from ..notation.affine import Equation
+from ..notation.functions import computation_dtype
+from ..notation.reducers import reducer
 from ..notation.ast import (
     Access,
     Add,
     Assignment,
+    Call,
     Div,
     Expr,
     IndexVar,
@@ -307,8 +310,9 @@ def concretize(
     if renames:
         body = _rename(body, renames)
         temps = [replace(t, body=_rename(t.body, renames)) for t in temps]
+    temp_types = _temp_dtypes(temps, body, {n: d.dtype for n, d in decls.items()}, result_dtype)
     for t in temps:
-        decls[t.name] = TensorDecl(t.name, Format([]), np.dtype(result_dtype), "temp", reducer=t.op)
+        decls[t.name] = TensorDecl(t.name, Format([]), temp_types[t.name], "temp", reducer=t.op)
 
     # --- whole-RHS reduction: temporary (gather) or accumulation (scatter) ------------------
     # a result variable computed from loops (a transposed convolution's O(2*i+k), a
@@ -506,6 +510,42 @@ def _wrap(vars_: tuple[IndexVar, ...], body: Expr) -> Expr:
     for v in reversed(vars_):
         body = Reduction(v, body)
     return body
+
+
+def _temp_dtypes(temps: list[_Temp], body: Expr, dtypes: Mapping[str, np.dtype],
+                 result_dtype: np.dtype) -> dict[str, np.dtype]:
+    """Each temporary's value type. The right-hand side computes in the result's type, and
+    so do the reductions it adds or multiplies; a reduction an intrinsic reads
+    (``lte(sum(k, A(i,k) * B(k,j)), O(i,j))``, ``abs(sum(...))``, ``int32(sum(...))``)
+    holds its own value's type, NumPy's for that reduction, as do the reductions inside it:
+    in the result's type (a comparison's bool, abs's float) the value would be lost before
+    the function sees it."""
+    by_name = {t.name: t for t in temps}
+    own: set[str] = set()  # temporaries in their own type
+
+    def mark(e: Expr, in_call: bool) -> None:
+        if isinstance(e, Access) and e.tensor in by_name:
+            if in_call and e.tensor not in own:
+                own.add(e.tensor)
+                mark(by_name[e.tensor].body, True)
+            return
+        for c in children(e):
+            mark(c, in_call or isinstance(e, Call))
+
+    for e in [body, *(t.body for t in temps)]:
+        mark(e, False)
+    types = dict(dtypes)
+
+    def typed(name: str) -> np.dtype:
+        if name not in types:
+            t = by_name[name]
+            for inner in {a.tensor for a in accesses(t.body)} & set(by_name):
+                typed(inner)
+            value = computation_dtype(t.body, types, np.dtype(result_dtype))
+            types[name] = reducer(t.op).dtype(value) if name in own else np.dtype(result_dtype)
+        return types[name]
+
+    return {t.name: typed(t.name) for t in temps}
 
 
 def _hoist(e: Expr) -> tuple[tuple[IndexVar, ...], Expr]:

@@ -677,7 +677,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                 # a user's operator folds by its body: t = op(t, value)
                 folded = OPERATORS[decl.reducer].expand([Access(lhs.tensor, ()), s.rhs])
                 return out + [self._write(lhs, IRAssign(t, self.expr(folded, scope, self.dtypes[lhs.tensor])))]
-            value = self.expr(s.rhs, scope)
+            value = self.expr(s.rhs, scope, self.dtypes[lhs.tensor])  # in the temporary's type
             if s.accumulate and decl.reducer != "sum":
                 return out + [self._write(lhs, self._fold(decl.reducer, t, value, self.dtypes[lhs.tensor]))]
             return out + [self._write(lhs, IRAssign(t, value, op))]
