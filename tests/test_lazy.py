@@ -79,6 +79,9 @@ CASES = {
                   lambda: (Ad * 100).astype(np.int32).sum(), ""),
     "uint8 sum": (lambda: coiter.Tensor.from_numpy((Ad * 100).astype(np.uint8), format="csr").sum(axis=0),
                   lambda: (Ad * 100).astype(np.uint8).sum(axis=0), "d"),
+    # NumPy adds two bool arrays as bool (logical or) before a scalar factor makes it int
+    "bool sum scaled": (lambda: 3 * ((A > 0.5) + (B > 0.5)), lambda: 3 * ((Ad > 0.5) + (Bd > 0.5)), "ds"),
+    "bool plus True": (lambda: ((A > 0.5) + True) * 2, lambda: ((Ad > 0.5) + True) * 2, "dd"),
     "fraction per column": (lambda: (A > 0.5).mean(axis=0), lambda: (Ad > 0.5).mean(axis=0), "d"),
     "np.max": (lambda: np.max(A, axis=0), lambda: np.max(Ad, axis=0), "d"),
     "np.min of a chain": (lambda: np.min(A @ C, axis=1), lambda: np.min(Ad @ Cd, axis=1), "d"),

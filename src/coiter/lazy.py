@@ -345,11 +345,22 @@ def _elementwise(x: Any, y: Any, op: str) -> Lazy:
             sparse = lazy._sparse
         lit = as_expr(scalar)
         args = (lit, lazy._expr) if _is_scalar(x) else (lazy._expr, lit)
-        return Lazy(_BINARY[op](*args), lazy._free, lazy.shape, lazy._operands, sparse)
+        bools = lazy.dtype == np.bool_ and isinstance(scalar, (bool, np.bool_))
+        return Lazy(_logical(_BINARY[op](*args), op, bools), lazy._free, lazy.shape,
+                    lazy._operands, sparse)
     a, b = Lazy.leaf(x), Lazy.leaf(y)
     free, shape, (left, right) = _aligned(op, (a, b))
     sparse = (a._sparse or b._sparse) if op == "*" else (a._sparse and b._sparse)
-    return Lazy(_BINARY[op](left, right), free, shape, {**a._operands, **b._operands}, sparse)
+    bools = a.dtype == np.bool_ and b.dtype == np.bool_
+    return Lazy(_logical(_BINARY[op](left, right), op, bools), free, shape,
+                {**a._operands, **b._operands}, sparse)
+
+
+def _logical(expr: Expr, op: str, bools: bool) -> Expr:
+    """``expr`` (``a op b``) as NumPy computes it on two bool operands: their sum is bool
+    (logical or), though an enclosing expression computes in integers (``3 * (A + B)``
+    counts each entry once, not twice)."""
+    return Call("bool", (expr,)) if bools and op == "+" else expr
 
 
 def _aligned(op: str, operands: tuple[Lazy, ...]) -> tuple[tuple[IndexVar, ...], tuple[int, ...],
