@@ -318,3 +318,27 @@ def test_reductions_inside_intrinsics_keep_their_own_type(case: str, fmt: str) -
     operands = {n: coiter.Tensor.from_numpy(x, format=fmt) for n, x in zip("ABO", (A, B, O))
                 if f"{n}(" in text}
     _check(coiter.evaluate(text, **operands), reference(A, B, O))
+
+
+@pytest.mark.parametrize("fmt", ["d", "s"])
+def test_narrow_integers_wrap_at_every_operation(fmt: str) -> None:
+    """int8/uint8/int16/uint16 values wrap at each operation, as NumPy's: C computes them in
+    int, so -x of uint8 or x * x of int8 reached a comparison, a max or a wider cast unwrapped."""
+    rng = np.random.default_rng(8)
+    a8 = rng.integers(-128, 128, (5, 7)).astype(np.int8)
+    u8 = rng.integers(0, 256, (5, 7)).astype(np.uint8)
+    u16 = rng.integers(0, 2**16, (5, 7)).astype(np.uint16)
+    a8[0, 0] = -128
+    f = fmt * 2
+    with np.errstate(all="ignore"):
+        cases = [
+            ("C(i) = max(j, A(i,j) * A(i,j))", {"A": a8}, (a8 * a8).max(axis=1)),
+            ("C(i,j) = -A(i,j) > 100", {"A": u8}, (-u8) > 100),
+            ("C(i,j) = abs(A(i,j)) < 0", {"A": a8}, np.abs(a8) < 0),
+            ("C(i,j) = int64(A(i,j) * A(i,j) + A(i,j))", {"A": u16}, (u16 * u16 + u16).astype(np.int64)),
+            ("C(i,j) = min(A(i,j) - 200, B(i,j))", {"A": u8, "B": u8}, np.minimum(u8 - np.uint8(200), u8)),
+        ]
+    for text, arrays, want in cases:
+        got = coiter.evaluate(text, **{n: coiter.Tensor.from_numpy(x, format=f) for n, x in arrays.items()})
+        assert got.dtype == want.dtype, text
+        np.testing.assert_array_equal(got.to_numpy(), want, err_msg=text)

@@ -384,6 +384,15 @@ def _coordinates_read(s: Stmt) -> set[IndexVar]:
             if isinstance(n, Coordinate)}
 
 
+def _wrapped(x: IRExpr, dtype: np.dtype) -> IRExpr:
+    """``x``, a value of integer type ``dtype`` narrower than C's int, back in ``dtype``: C
+    computes such values in int, NumPy wraps them at every operation (-x of uint8, x * x
+    of int8), which a comparison, a division or a wider type would otherwise not see."""
+    if dtype.kind in "iu" and dtype.itemsize < 4:
+        return Cast(c_value_type(dtype), x)
+    return x
+
+
 def _stmt_accesses(s: Stmt) -> list[Access]:
     out: dict[Access, None] = {}
     for a in walk_stmts(s):
@@ -740,13 +749,15 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         if isinstance(e, Coordinate):
             return Cast(ctype, scope.coords[e.var])
         if isinstance(e, Neg):
-            return Un("-", self.expr(e.operand, scope, dtype))
+            return _wrapped(Un("-", self.expr(e.operand, scope, dtype)), dtype)
         if isinstance(e, BinaryExpr):
-            return Bin(e.symbol, self.expr(e.a, scope, dtype), self.expr(e.b, scope, dtype))
+            return _wrapped(Bin(e.symbol, self.expr(e.a, scope, dtype), self.expr(e.b, scope, dtype)),
+                            dtype)
         if isinstance(e, Intrinsic):
             # computed in the ufunc's loop type for its arguments, then converted
             loop, out = (computable(t) for t in call_dtypes(e, self.dtypes))
             value = intrinsic_ir(e.fn, [self.expr(x, scope, loop) for x in e.args], loop, self.support)
+            value = _wrapped(value, out) if c_value_type(out) == c_value_type(loop) else value
             return value if c_value_type(out) == ctype else Cast(ctype, value)
         raise TypeError(type(e).__name__)
 
