@@ -1,5 +1,5 @@
-"""Shared fixtures, hypothesis profiles (COITER_TEST_PROFILE=ci shrinks runs for CI), and
-caches kept out of the user's home.
+"""Shared fixtures, hypothesis profiles (COITER_TEST_PROFILE=ci shrinks runs for CI and
+leaves out the tests marked slow), and caches kept out of the user's home.
 
 Kernels compile into a temporary cache removed when the run ends, unless COITER_CACHE_DIR
 names one; the autotuner's file and every platformdirs cache (the benchmark suite's
@@ -38,6 +38,17 @@ settings.register_profile(
     "dev", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("COITER_TEST_PROFILE", "dev"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The CI profile leaves out the tests marked slow: repeats of a covered case (more
+    fuzzer cases, more thread-count and call-path pairs), which plain ``pytest`` runs."""
+    if os.environ.get("COITER_TEST_PROFILE") != "ci":
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
 
 
 @pytest.fixture(scope="module")
