@@ -32,8 +32,6 @@ from ..formats.workspaces import DENSE, policy_names
 from ..lattice.graph import Edge, LoopOrder, choose_order
 from ..lattice.lattice import Iter, build_lattice
 from ..notation.affine import Equation
-from ..notation.functions import computation_dtype
-from ..notation.reducers import reducer
 from ..notation.ast import (
     Access,
     Add,
@@ -52,6 +50,8 @@ from ..notation.ast import (
     map_accesses,
     with_children,
 )
+from ..notation.functions import computation_dtype
+from ..notation.reducers import reducer
 from .equations import solve_equations
 from .provenance import Solved
 from .layouts import LayoutPlan, expand_layouts

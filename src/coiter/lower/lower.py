@@ -757,6 +757,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             # computed in the ufunc's loop type for its arguments, then converted
             loop, out = (computable(t) for t in call_dtypes(e, self.dtypes))
             value = intrinsic_ir(e.fn, [self.expr(x, scope, loop) for x in e.args], loop, self.support)
+            # a narrow integer result of the loop's own type (abs of int8) wraps like arithmetic
             value = _wrapped(value, out) if c_value_type(out) == c_value_type(loop) else value
             return value if c_value_type(out) == ctype else Cast(ctype, value)
         raise TypeError(type(e).__name__)

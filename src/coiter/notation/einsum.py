@@ -4,10 +4,9 @@ Operands are named ``T0, T1, ...`` and the result ``out``; each subscript
 letter becomes the index variable of that name. An ellipsis (``"...ij,...j->...i"``) stands
 for an operand's leading, trailing or middle dimensions that the letters do not name, as in
 NumPy: letters no term uses name them, the ellipses of all operands aligned at their last
-dimension. The right-hand side is the
-product of all operands, so every letter not in the output is summed over the
-whole product, as in NumPy; :func:`coiter.notation.reductions.insert_reductions`
-makes those sums explicit.
+dimension. The right-hand side is the product of all operands, so every letter not in the
+output is summed over the whole product, as in NumPy;
+:func:`coiter.notation.reductions.insert_reductions` makes those sums explicit.
 """
 from __future__ import annotations
 
@@ -75,7 +74,7 @@ def _parsed(subscripts: str, ranks: tuple[int, ...]) -> Assignment:
     scanned = _expanded(subscripts, _scan(subscripts), ranks)
     _check_operands(subscripts, scanned, ranks)
     if scanned.output is None:
-        broadcast = [c for c, column in scanned.inputs_ellipsis]
+        broadcast = [c for c, _ in scanned.inputs_ellipsis]
         out_letters = broadcast + [c for c in _implicit_output(scanned.inputs) if c not in broadcast]
     else:
         out_letters = _checked_output(subscripts, scanned.output, scanned.inputs)
@@ -138,8 +137,7 @@ def _expanded(text: str, scanned: _Subscripts, ranks: tuple[int, ...]) -> _Subsc
     def expand(term: _Term, n: int) -> _Term:
         if term.ellipsis is None:
             return term
-        if n < 0:  # more letters than dimensions: _check_operands says so
-            n = 0
+        n = max(n, 0)  # fewer dimensions than letters: _check_operands says so
         fill = [(c, term.ellipsis_column) for c in names[width - n:]]
         at = term.ellipsis
         return _Term(term.start, term.letters[:at] + fill + term.letters[at:])
