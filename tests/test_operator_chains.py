@@ -1,0 +1,131 @@
+"""Random chains of Python operators on coiter Tensors (coiter/lazy.py) against NumPy on the
+densified operands: any value type, any format the differential fuzzer draws, shapes with
+empty modes, NaN and infinities, and every operator, function and reduction the expressions
+offer. Each chain is drawn from one seed (hypothesis draws the seeds), so a failure names the
+seed that rebuilds it: ``chain(seed)``.
+
+Where coiter documents another answer than NumPy's, the comparison follows the
+documentation: entries where NumPy's value is not finite are not compared (a sparse
+operand's unstored zeros do not turn ``inf`` into ``nan``), bools squared come back as
+int64 where NumPy gives int8 (functions of bools compute in int64, docs/language.md), and
+chains of narrow integers do not turn float (a fused expression computes in its final type,
+so NumPy's wrap of int8/uint8 values before a float step is not reproduced).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+import coiter
+from fuzz.cases import random_format
+
+DTYPES = ("float64", "float32", "int64", "int32", "int8", "uint8", "complex128", "bool")
+# operators of two operands: a tensor of the chain's shape or a scalar on the right
+BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+    "maximum": np.maximum, "minimum": np.minimum, "hypot": np.hypot,
+    "logical_and": np.logical_and, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+}
+UNARY: dict[str, Callable[[Any], Any]] = {
+    "T": lambda a: a.T, "neg": lambda a: -a, "scale": lambda a: 3 * a, "abs": abs,
+    "square": lambda a: a ** 2, "power 0": lambda a: a ** 0, "2 **": lambda a: 2.0 ** a,
+    "divide": lambda a: a / 4,
+}
+# reductions end a chain: (axis or None) -> value
+REDUCTIONS = ("sum", "max", "min", "mean")
+ORDERED = ("maximum", "minimum", "hypot", ">", "<=", ">=", "max", "min")  # no complex version
+
+
+def _leaf(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> tuple[coiter.Tensor, np.ndarray]:
+    values = np.where(rng.random(shape) < rng.choice([0.2, 0.5, 1.0]), rng.integers(-3, 4, shape), 0)
+    data = values.astype(dtype)
+    if data.dtype.kind == "f" and data.size and rng.random() < 0.1:
+        data.flat[rng.integers(data.size)] = rng.choice([np.nan, np.inf, -np.inf])
+    fmt = eval(random_format(rng, len(shape)), {"coiter": coiter})
+    return coiter.Tensor.from_numpy(data, format=fmt), data
+
+
+def _allowed(op: str, dtype: np.dtype) -> bool:
+    """Whether NumPy computes ``op`` on ``dtype`` the way a fused kernel does."""
+    if dtype.kind == "c" and op in ORDERED:
+        return False
+    if dtype.kind == "b" and op in ("-", "neg", "divide", "2 **"):
+        return False  # NumPy refuses bool subtraction and negation
+    # a fused expression computes in its final type: NumPy's wrap of a narrow integer
+    # (-A of uint8, a product past 127 in int8) before the chain turns float is not reproduced
+    return not (_narrow(dtype) and op in ("divide", "2 **", "hypot", "float"))
+
+
+def _narrow(dtype: np.dtype) -> bool:
+    return dtype.kind in "iu" and dtype.itemsize < 4
+
+
+def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
+    """The chain of ``seed``: the coiter expression, NumPy's value and the steps taken."""
+    rng = np.random.default_rng(seed)
+    shape = (int(rng.integers(0, 5)), int(rng.integers(0, 5)))
+    value, ref = _leaf(rng, shape, str(rng.choice(DTYPES)))
+    steps = [f"{ref.dtype} {value.format.to_string()} {shape}"]
+    for _ in range(int(rng.integers(1, 5))):
+        kind = rng.choice(["binary", "unary", "matmul", "reduce"], p=[0.45, 0.35, 0.1, 0.1])
+        if kind == "binary":
+            op = str(rng.choice(sorted(BINARY)))
+            if not _allowed(op, ref.dtype):
+                continue
+            if rng.random() < 0.7:
+                other, other_ref = _leaf(rng, ref.shape, str(ref.dtype))
+            else:
+                other = other_ref = rng.choice([0, 0.5, -1, 2]).item()
+                if isinstance(other, float) and not _allowed("float", ref.dtype):
+                    continue
+            if not _allowed(op, np.result_type(ref, other_ref)):
+                continue
+            steps.append(f"{op} {getattr(other, 'format', other)}")
+            value, ref = BINARY[op](value, other), BINARY[op](ref, other_ref)
+        elif kind == "unary":
+            op = str(rng.choice(sorted(UNARY)))
+            if not _allowed(op, ref.dtype):
+                continue
+            steps.append(op)
+            value, ref = UNARY[op](value), UNARY[op](ref)
+        elif kind == "matmul" and ref.ndim == 2:
+            other, other_ref = _leaf(rng, (ref.shape[1], int(rng.integers(0, 4))), str(ref.dtype))
+            steps.append(f"@ {other.format.to_string()} {other_ref.shape}")
+            value, ref = value @ other, ref @ other_ref
+        elif kind == "reduce" and ref.ndim == 2:
+            op = str(rng.choice(REDUCTIONS))
+            axis = None if rng.random() < 0.3 else int(rng.integers(0, 2))
+            empty = ref.size == 0 if axis is None else ref.shape[axis] == 0
+            if (op in ("max", "min") and (empty or not _allowed(op, ref.dtype))) or (
+                    op == "mean" and empty):
+                continue
+            steps.append(f"{op}(axis={axis})")
+            value, ref = getattr(value, op)(axis), np.asarray(getattr(ref, op)(axis=axis))
+            break
+        ref = np.asarray(ref)
+    return value, np.asarray(ref), steps
+
+
+def _comparable(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if ref.dtype == np.int8 and got.dtype == np.int64:  # functions of bools: int64 (documented)
+        ref = ref.astype(np.int64)
+    if ref.dtype.kind in "fc":
+        finite = np.isfinite(ref)
+        got, ref = np.where(finite, got, 0), np.where(finite, ref, 0)
+    return got, ref
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_random_operator_chains_equal_numpy(seed: int) -> None:
+    value, ref, steps = chain(seed)
+    got = value.evaluate() if hasattr(value, "evaluate") else value
+    out = got.to_numpy()
+    assert out.shape == ref.shape, (seed, steps)
+    assert out.dtype == ref.dtype or (ref.dtype == np.int8 and out.dtype == np.int64), (seed, steps)
+    out, ref = _comparable(out, ref)
+    tol = 1e-5 if ref.dtype in (np.float32, np.complex64) else 1e-10
+    np.testing.assert_allclose(out, ref, rtol=tol, atol=tol, err_msg=f"seed {seed}: {steps}")
