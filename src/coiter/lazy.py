@@ -345,13 +345,13 @@ def _elementwise(x: Any, y: Any, op: str) -> Lazy:
             sparse = lazy._sparse
         lit = as_expr(scalar)
         args = (lit, lazy._expr) if _is_scalar(x) else (lazy._expr, lit)
-        bools = lazy.dtype == np.bool_ and isinstance(scalar, (bool, np.bool_))
+        bools = op == "+" and isinstance(scalar, (bool, np.bool_)) and lazy.dtype == np.bool_
         return Lazy(_logical(_BINARY[op](*args), op, bools), lazy._free, lazy.shape,
                     lazy._operands, sparse)
     a, b = Lazy.leaf(x), Lazy.leaf(y)
     free, shape, (left, right) = _aligned(op, (a, b))
     sparse = (a._sparse or b._sparse) if op == "*" else (a._sparse and b._sparse)
-    bools = a.dtype == np.bool_ and b.dtype == np.bool_
+    bools = op == "+" and a.dtype == np.bool_ and b.dtype == np.bool_
     return Lazy(_logical(_BINARY[op](left, right), op, bools), free, shape,
                 {**a._operands, **b._operands}, sparse)
 

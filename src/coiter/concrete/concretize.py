@@ -539,10 +539,12 @@ def _temp_dtypes(temps: list[_Temp], body: Expr, dtypes: Mapping[str, np.dtype],
     def typed(name: str) -> np.dtype:
         if name not in types:
             t = by_name[name]
+            if name not in own:
+                types[name] = np.dtype(result_dtype)
+                return types[name]
             for inner in {a.tensor for a in accesses(t.body)} & set(by_name):
                 typed(inner)
-            value = computation_dtype(t.body, types, np.dtype(result_dtype))
-            types[name] = reducer(t.op).dtype(value) if name in own else np.dtype(result_dtype)
+            types[name] = reducer(t.op).dtype(computation_dtype(t.body, types, np.dtype(result_dtype)))
         return types[name]
 
     return {t.name: typed(t.name) for t in temps}
