@@ -27,12 +27,14 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
     "maximum": np.maximum, "minimum": np.minimum, "hypot": np.hypot,
     "logical_and": np.logical_and, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b,
-    ">=": lambda a, b: a >= b,
+    ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+    "multiply": lambda a, b: a.multiply(b) if hasattr(a, "multiply") else a * b,
 }
 UNARY: dict[str, Callable[[Any], Any]] = {
     "T": lambda a: a.T, "neg": lambda a: -a, "scale": lambda a: 3 * a, "abs": abs,
     "square": lambda a: a ** 2, "power 0": lambda a: a ** 0, "2 **": lambda a: 2.0 ** a,
-    "divide": lambda a: a / 4,
+    "divide": lambda a: a / 4, "conj": lambda a: a.conj(), "real": lambda a: a.real,
+    "imag": lambda a: a.imag, "diagonal": lambda a: a.diagonal(), "diagonal 1": lambda a: a.diagonal(1),
 }
 # reductions end a chain: (axis or None) -> value
 REDUCTIONS = ("sum", "max", "min", "mean")
@@ -87,7 +89,7 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
             value, ref = BINARY[op](value, other), BINARY[op](ref, other_ref)
         elif kind == "unary":
             op = str(rng.choice(sorted(UNARY)))
-            if not _allowed(op, ref.dtype):
+            if not _allowed(op, ref.dtype) or (op.startswith("diagonal") and ref.ndim != 2):
                 continue
             steps.append(op)
             value, ref = UNARY[op](value), UNARY[op](ref)

@@ -2,8 +2,9 @@
 kernel when their value is needed.
 
 ``A @ x``, ``A + B``, ``A - B``, ``A * B`` (element-wise), scalar ``*`` and ``/``, ``-A``,
-``abs(A)``, ``A ** p``, the comparisons ``<``, ``<=``, ``>``, ``>=`` (``==`` and ``!=`` keep
-Python's meaning: ``np.equal``), ``A.T``, ``A.sum/max/min/mean(axis=)`` and NumPy's
+``abs(A)``, ``A ** p``, the comparisons ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``A.T``,
+``A.sum/max/min/mean(axis=)``, ``A.diagonal(k)``, SciPy's ``multiply``, ``power``, ``conj``
+and ``trace``, and NumPy's
 element-wise functions of one or two operands (``np.sin(A)``, ``np.maximum(A, 0)``) on
 coiter Tensors, NumPy arrays and SciPy matrices build a :class:`Lazy` expression; nothing is
 computed until :meth:`Lazy.evaluate`, ``to_numpy()``, ``to_scipy()`` or ``np.asarray``.
@@ -20,10 +21,15 @@ sparse where SciPy's does and nothing densifies unasked:
 - a scalar factor or divisor, ``-a``, ``.T`` keep ``a``'s sparsity;
 - an element-wise function (``**`` and the comparisons too) keeps it when every tensor
   operand is sparse and the function is zero where they all are: ``sin``, ``abs``,
-  ``A ** 2``, ``np.maximum(A, 0)``, ``A > 0.5`` are sparse; ``cos``, ``A ** 0``, ``A < 0.5``,
-  ``np.maximum(A, M)`` with a dense ``M`` are dense;
-- ``.sum/max/min/mean(axis=...)`` are dense (``max`` and ``min`` see the implicit zeros, as
-  NumPy's on the dense array).
+  ``A ** 2``, ``np.maximum(A, 0)``, ``A > 0.5``, ``A != 0`` are sparse; ``cos``, ``A ** 0``,
+  ``A < 0.5``, ``A == B``, ``np.maximum(A, M)`` with a dense ``M`` are dense;
+- ``.sum/max/min/mean(axis=...)`` and ``.diagonal()`` are dense (``max`` and ``min`` see the
+  implicit zeros, as NumPy's on the dense array).
+
+``==`` and ``!=`` compare element-wise, as NumPy's do (``if A == B:`` is NumPy's ambiguity
+error; ``np.array_equal`` answers whether two tensors hold the same values). Tensors and
+expressions still hash by identity, so they can key dictionaries and sets (not weak sets:
+their weak references compare the tensors with ``==``).
 
 A sparse result holds an entry wherever the kernel visited one, false comparisons included
 (:meth:`coiter.Tensor.prune` drops them).
@@ -42,6 +48,7 @@ import scipy.sparse as sp
 
 from .errors import ArgumentError, ShapeError
 from .formats import Format, as_format, csf, csr, dense
+from .array_methods import ArrayMethods
 from .formats.levels.compressed import Compressed
 from .notation.ast import (
     Access, Add, Assignment, Call, Div, Expr, IndexVar, Mul, Neg, Reduction, Sub, as_expr,
@@ -58,7 +65,7 @@ def _var() -> IndexVar:
     return IndexVar(f"v{next(_vars)}")
 
 
-class Lazy:
+class Lazy(ArrayMethods):
     """A tensor expression over coiter Tensors, not computed yet (see the module's doc)."""
 
     __slots__ = ("_expr", "_free", "shape", "_operands", "_sparse")
@@ -119,6 +126,38 @@ class Lazy:
     def mean(self, axis: int | tuple[int, ...] | None = None) -> Lazy:
         """The mean over ``axis`` (every axis when None), implicit zeros included."""
         return self._reduced("sum", axis) / math.prod(self.shape[a] for a in self._axes(axis))
+
+    def diagonal(self, offset: int = 0) -> Lazy:
+        """The entries ``(i, i + offset)`` of a matrix, as a dense vector (NumPy's and SciPy's
+        ``diagonal``). On the main diagonal of a square expression it is part of the
+        expression's kernel; otherwise the expression is computed and the diagonal's
+        square block sliced from it first."""
+        if self.ndim != 2:
+            raise ShapeError(f"diagonal of shape {self.shape}: only matrices have one")
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+            raise ArgumentError(f"diagonal offset {offset!r} is not an integer")
+        m, n = self.shape
+        if offset == 0 and m == n:
+            row, col = self._free
+            return Lazy(rename_index(self._expr, col, row), (row,), (m,), self._operands, False)
+        first_row, first_col = max(0, -offset), max(0, offset)
+        length = max(0, min(m - first_row, n - first_col))
+        block = self.evaluate()[first_row:first_row + length, first_col:first_col + length]
+        return Lazy.leaf(block).diagonal()
+
+    @property
+    def real(self) -> Tensor:
+        """The real parts of the computed values (see :attr:`coiter.Tensor.real`)."""
+        return self.evaluate().real
+
+    @property
+    def imag(self) -> Tensor:
+        """The imaginary parts of the computed values (see :attr:`coiter.Tensor.imag`)."""
+        return self.evaluate().imag
+
+    def nonzero(self) -> tuple[np.ndarray, ...]:
+        """The coordinates of the entries that are not zero (see :meth:`coiter.Tensor.nonzero`)."""
+        return self.evaluate().nonzero()
 
     def _axes(self, axis: int | tuple[int, ...] | None) -> list[int]:
         """The axes ``axis`` names (all when None), non-negative and sorted."""
@@ -191,6 +230,14 @@ class Lazy:
 
     def __ge__(self, other: Any) -> Lazy:
         return _apply(np.greater_equal, (self, other))
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return _apply(np.equal, (self, other)) if _comparable(other) else NotImplemented
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return _apply(np.not_equal, (self, other)) if _comparable(other) else NotImplemented
+
+    __hash__ = object.__hash__  # identity, though == compares values (see the module's doc)
 
     def __matmul__(self, other: Any) -> Lazy:
         return _matmul(self, other)
@@ -296,6 +343,13 @@ def _as_tensor(obj: Any) -> Tensor:
 
 def _is_scalar(obj: Any) -> bool:
     return isinstance(obj, (bool, int, float, complex, np.generic)) and np.ndim(obj) == 0
+
+
+def _comparable(obj: Any) -> bool:
+    """Whether ``==`` with ``obj`` compares values: scalars, tensors, expressions and arrays
+    of any library (anything else, ``None`` say, compares by identity, as Python's)."""
+    return (_is_scalar(obj) or isinstance(obj, (Lazy, Tensor, np.ndarray, list, tuple))
+            or sp.issparse(obj) or hasattr(obj, "__array__") or hasattr(obj, "__dlpack__"))
 
 
 def _sum_type(dtype: np.dtype) -> str | None:

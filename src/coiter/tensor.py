@@ -28,6 +28,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from .array_methods import ArrayMethods
 from .errors import ArgumentError, DTypeError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, csr_unordered, dia
 from .formats.levels import Compressed, Dense
@@ -334,7 +335,7 @@ class Frontend:
     array_function: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
 
-class Tensor:
+class Tensor(ArrayMethods):
     """A tensor of any order stored in any :class:`~coiter.formats.format.Format`.
 
     ``Tensor(shape, format, dtype, name)`` is all zeros (dense format by default);
@@ -348,7 +349,9 @@ class Tensor:
     _storage: Storage
     _pending: Assignment | None
     _name: str
-    _readers: weakref.WeakSet[Tensor] | None  # tensors whose pending assignment reads this one
+    # tensors whose pending assignment reads this one, by id (a WeakSet would compare
+    # tensors with ==, which compares their values)
+    _readers: weakref.WeakValueDictionary[int, Tensor] | None
     frontend: ClassVar[Frontend]  # connected by coiter/__init__.py
 
     def __init__(
@@ -590,6 +593,40 @@ class Tensor:
                             f"{self.shape}")
         return self.to_numpy()[()]
 
+    @property
+    def real(self) -> Tensor:
+        """The real parts of the values, in the same format and pattern (the tensor itself
+        when its values are real), as SciPy's ``real``."""
+        return self if self.dtype.kind != "c" else self._part(np.real)
+
+    @property
+    def imag(self) -> Tensor:
+        """The imaginary parts of the values (zeros for real values), in the same format and
+        pattern, as SciPy's ``imag``."""
+        return self._part(np.imag)
+
+    def _part(self, part: Callable[[Any], Any]) -> Tensor:
+        s = self.storage
+        vals = np.array(part(s.vals))  # a new array: NumPy's imag of real values is read-only
+        return Tensor._wrap(replace(s, vals=vals, fill=part(np.asarray(s.fill))[()]), self._name)
+
+    def copy(self) -> Tensor:
+        """A tensor with copies of this one's arrays (SciPy's and NumPy's ``copy``)."""
+        s = self.storage
+        levels = tuple({k: a.copy() for k, a in level.items()} for level in s.levels)
+        return Tensor._wrap(replace(s, levels=levels, vals=s.vals.copy()), self._name)
+
+    def nonzero(self) -> tuple[np.ndarray, ...]:
+        """The coordinates of the entries that are not zero, one array per mode, in
+        row-major order (NumPy's and SciPy's ``nonzero``): stored zeros do not count."""
+        if not self.shape:
+            raise ShapeError("nonzero of a tensor of order 0: NumPy no longer defines it")
+        mask = (self != 0).evaluate()  # bool, sparse (CSR/CSF: ordered) where self is
+        if mask.format.is_dense:
+            return np.nonzero(mask.to_numpy())
+        coords, _ = mask.prune().storage.to_coords()
+        return tuple(np.asarray(c, dtype=np.intp) for c in coords)
+
     def with_fill(self, fill_value: Any) -> Tensor:
         """This tensor's stored entries over another fill value (no copy): the entries it
         does not store now read as ``fill_value`` (a graph's adjacency matrix with absent
@@ -717,8 +754,7 @@ class Tensor:
         return other ** self._lazy()
 
     def __lt__(self, other: Any) -> Any:
-        """``A < b``: element-wise comparison, a bool expression (``==`` and ``!=`` keep
-        Python's identity meaning: ``np.equal``)."""
+        """``A < b``: element-wise comparison, a bool expression."""
         return self._lazy() < other
 
     def __le__(self, other: Any) -> Any:
@@ -729,6 +765,20 @@ class Tensor:
 
     def __ge__(self, other: Any) -> Any:
         return self._lazy() >= other
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        """``A == b``: element-wise, as NumPy's (``np.array_equal`` for one answer)."""
+        return self._lazy() == other
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self._lazy() != other
+
+    __hash__ = object.__hash__  # identity, though == compares values: tensors key caches
+
+    def diagonal(self, offset: int = 0) -> Any:
+        """The entries ``(i, i + offset)`` of a matrix, as a dense expression (NumPy's and
+        SciPy's ``diagonal``)."""
+        return self._lazy().diagonal(offset)
 
     def __matmul__(self, other: Any) -> Any:
         """``A @ B``: matrix product (1-D and 2-D operands)."""
@@ -825,7 +875,7 @@ class Tensor:
         rhs = as_expr(expr)
         # Tensors whose pending assignments read this one must see its current value.
         if self._readers:
-            for reader in list(self._readers):
+            for reader in list(self._readers.values()):
                 reader.evaluate()
             self._readers = None
         self.evaluate()
@@ -833,8 +883,8 @@ class Tensor:
             src = access.source
             if isinstance(src, Tensor) and src is not self:
                 if src._readers is None:
-                    src._readers = weakref.WeakSet()
-                src._readers.add(self)
+                    src._readers = weakref.WeakValueDictionary()
+                src._readers[id(self)] = self
         self._pending = Assignment(lhs, rhs)
 
     def evaluate(self) -> Tensor:

@@ -5,8 +5,8 @@ are inline expressions with NumPy's meaning: comparisons and logical operators g
 ``np.maximum``/``np.minimum`` do, ``abs``/``max``/``min``/``square``/``pow`` of integers stay
 integers (``pow`` by repeated squaring, wrapping on overflow; a negative exponent gives the
 truncated quotient, 0 unless the base is 1 or -1, where NumPy raises), and ``ceil``,
-``floor`` and ``trunc`` of integers are the integers themselves. Casts (``int32(x)``...) convert as
-``astype`` does.
+``floor`` and ``trunc`` of integers are the integers themselves, as ``conj`` of real values
+is. Casts (``int32(x)``...) convert as ``astype`` does.
 """
 from __future__ import annotations
 
@@ -93,6 +93,8 @@ def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str
         return pick
     if fn == "square":
         return Bin("*", args[0], args[0])
+    if fn == "conj" and kind != "c":
+        return args[0]
     if kind in "biu":
         if fn in ("ceil", "floor", "trunc") or (fn == "abs" and kind == "b"):
             return args[0]

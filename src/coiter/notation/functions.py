@@ -72,6 +72,7 @@ def _table() -> dict[str, Function]:
         ("asinh", np.arcsinh, "asinh", "casinh"), ("acosh", np.arccosh, "acosh", "cacosh"),
         ("atanh", np.arctanh, "atanh", "catanh"), ("ceil", np.ceil, "ceil", None),
         ("floor", np.floor, "floor", None), ("trunc", np.trunc, "trunc", None),
+        ("conj", np.conjugate, "", "conj"),
         ("pow", np.power, "pow", "cpow"), ("atan2", np.arctan2, "atan2", None),
         ("hypot", np.hypot, "hypot", None), ("max", np.maximum, "", None), ("min", np.minimum, "", None),
         # comparisons and logic (TACO's names; the parser also reads > >= < <= == != && || !)
