@@ -224,3 +224,12 @@ def test_linear_operator_products_and_adjoints(dtype: str) -> None:
     got = sla.svds(A, k=2, return_singular_vectors=False, random_state=0)
     ref = sla.svds(S, k=2, return_singular_vectors=False, random_state=0)
     np.testing.assert_allclose(np.sort(got), np.sort(ref), rtol=1e-10)
+
+
+def test_operands_of_python_operators_are_named_in_errors() -> None:
+    """Regression: the message said "operand None" for an operand of a Python operator."""
+    A, _ = _matrix("csr")
+    with pytest.raises(coiter.ArgumentError, match="^an operand of type str is not a tensor"):
+        A.power("x")
+    with pytest.raises(coiter.DTypeError, match="^an operand holds Python objects"):
+        A.multiply(np.array([[object()] * 5] * 7))

@@ -13,6 +13,11 @@ from .interop.torch_interop import from_torch, is_torch
 from .tensor import Tensor
 
 
+def _label(name: str | None) -> str:
+    """How messages name an operand (Python operators' operands have no name)."""
+    return f"operand {name}" if name is not None else "an operand"
+
+
 def as_tensor(obj: Any, fmt: Format | None = None, name: str | None = None) -> Tensor:
     """``obj`` as a Tensor: Tensors pass through; SciPy, pydata/sparse and torch tensors keep
     their layout unless ``fmt`` asks otherwise; other DLPack producers are shared as dense
@@ -28,16 +33,16 @@ def as_tensor(obj: Any, fmt: Format | None = None, name: str | None = None) -> T
         try:  # another library's dense array (JAX, CuPy...), shared through DLPack where it can be
             obj = np.from_dlpack(obj)
         except (BufferError, RuntimeError, TypeError, ValueError) as e:
-            raise ArgumentError(f"operand {name}: its {type(obj).__name__} cannot be shared with NumPy "
+            raise ArgumentError(f"{_label(name)}: its {type(obj).__name__} cannot be shared with NumPy "
                                 f"({e}); copy it to a host array first") from None
     if obj is None or isinstance(obj, (str, bytes, dict, set)):
-        raise ArgumentError(f"operand {name} of type {type(obj).__name__} is not a tensor")
+        raise ArgumentError(f"{_label(name)} of type {type(obj).__name__} is not a tensor")
     try:
         arr = np.asarray(obj)
     except ValueError as e:  # ragged nested lists
-        raise ShapeError(f"operand {name} is not a rectangular array: {e}") from None
+        raise ShapeError(f"{_label(name)} is not a rectangular array: {e}") from None
     if arr.dtype == object:
-        raise DTypeError(f"operand {name} holds Python objects (dtype object), not numbers")
+        raise DTypeError(f"{_label(name)} holds Python objects (dtype object), not numbers")
     if fmt is not None and fmt.order != arr.ndim:
         fmt = None  # the shape error is reported with index variables later
     return Tensor.from_numpy(arr, format=fmt, name=name)
