@@ -9,6 +9,7 @@ entries.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -136,6 +137,35 @@ def test_integer_powers_with_negative_exponents_truncate() -> None:
     got = coiter.evaluate("a(i) = pow(b(i), -1) + pow(b(i), -2)", b=b).to_numpy()
     want = [int(1 / x) + int(1 / x**2) if x else 0 for x in b.tolist()]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fmt", ["s", "d"])
+@pytest.mark.parametrize("text,ref", [
+    ("pow(v(i), -2)", lambda v, w: v ** -2.0),
+    ("pow(abs(v(i)), -2)", lambda v, w: abs(v) ** -2.0),
+    ("pow(v(i) * w(i), -1)", lambda v, w: (v * w) ** -1.0),
+    ("pow(-v(i), -2)", lambda v, w: (-v) ** -2.0),
+    ("pow(v(i) / 2, -1)", lambda v, w: (v / 2) ** -1.0),
+    ("pow(square(v(i)), -1)", lambda v, w: (v * v) ** -1.0),
+    ("pow(max(v(i), 0), -3)", lambda v, w: np.maximum(v, 0) ** -3.0),
+    ("pow(v(i) * w(i), -1) + w(i)", lambda v, w: (v * w) ** -1.0 + w),
+])
+def test_negative_integer_powers_of_absent_float_entries(fmt: str, text: str, ref: Any) -> None:
+    """Regression: pow(b(i), -2) of a float b raised NumPy's ValueError (its merge lattice
+    evaluated the power at the integer 0), and pow(abs(b(i)), -2) or pow(b(i) * c(i), -1)
+    gave 0 where b is absent instead of inf (the folded zero was the integer 0, which made
+    the power an integer one)."""
+    v = np.array([0.0, 2.0, 0.0, -4.0, 0.5, 0.0])
+    # no negative v where w is absent: x * 0 folds to +0 for every x (docs/language.md)
+    w = np.array([0.0, 1.0, 3.0, 1.0, 0.0, 0.0])
+    operands = {"v": coiter.Tensor.from_numpy(v, format=fmt)}
+    if "w(i)" in text:
+        operands["w"] = coiter.Tensor.from_numpy(w, format=fmt)
+    got = coiter.evaluate(f"a(i) = {text}", fmt, **operands)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(got.to_numpy(), ref(v, w))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal((coiter.Tensor.from_numpy(v, format=fmt) ** -2).to_numpy(), v ** -2.0)
 
 
 def test_python_operators_and_numpy_ufuncs_build_intrinsics() -> None:

@@ -109,8 +109,9 @@ def _never(fill: Any, side: int) -> bool:
 
 
 _CALL_ABSORBS: dict[str, Callable[[Any, int], bool]] = {
-    "max": lambda fill, side: bool(np.isposinf(fill)),
-    "min": lambda fill, side: bool(np.isneginf(fill)),
+    # == rather than np.isposinf, which refuses the complex fills of complex operands
+    "max": lambda fill, side: bool(fill == np.inf),
+    "min": lambda fill, side: bool(fill == -np.inf),
     "and": lambda fill, side: not bool(fill),
     "or": lambda fill, side: bool(fill),
 }

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from ..notation.ast import (
     Access, Add, BinaryExpr, Call as Intrinsic, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg,
     Number, Reduction, Sub, accesses, map_accesses, walk,
 )
-from ..notation.functions import call_dtypes, zero_at
+from ..notation.functions import call_dtypes, computation_dtype, zero_at
 from ..notation.operators import OPERATORS
 from ..notation.reducers import reducer
 from .assembly import ParallelAssembly
@@ -213,8 +213,18 @@ class Absence:
         it is left in)."""
         return Literal(np.asarray(self.fill(a.tensor), self.decls[a.tensor].dtype)[()].item())
 
-    def fill_of(self, a: Access) -> Number:
-        return self.fill(a.tensor)
+    def zero(self, e: Expr) -> Literal:
+        """A zero of ``e``'s type, for ``e`` folded away (0.0 for a float product): an int 0
+        would make an enclosing ``pow(b(i) * c(i), -1)`` an integer power, 0 where the
+        kernel must give inf."""
+        dtypes = {name: decl.dtype for name, decl in self.decls.items()}
+        return Literal(np.zeros((), computation_dtype(e, dtypes, np.dtype(np.float64))).item())
+
+    def fill_of(self, a: Access) -> Any:
+        """``a``'s absent value as a NumPy scalar of its tensor's type: merge lattices
+        evaluate functions at it as kernels do (``pow(b(i), -2)`` of a float ``b`` is inf
+        there, where NumPy's power of the integer 0 raises)."""
+        return np.asarray(self.fill(a.tensor), self.decls[a.tensor].dtype)[()]
 
     def neutral(self, s: Assign) -> Number:
         """The value whose write by ``s`` changes nothing."""
@@ -254,16 +264,16 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
         return absence.literal(e) if e in zero else e
     if isinstance(e, Neg):
         a = simplify(e.operand, zero, absence)
-        return Literal(0) if _is_zero(a) else Neg(a)
+        return absence.zero(e) if _is_zero(a) else Neg(a)
     if isinstance(e, BinaryExpr):
         a, b = simplify(e.a, zero, absence), simplify(e.b, zero, absence)
         absorbed = _absorbed(e, a, b)
         if absorbed is not None:
             return absorbed
         if isinstance(e, Mul) and (_is_zero(a) or _is_zero(b)):
-            return Literal(0)
+            return absence.zero(e)
         if isinstance(e, Div) and _is_zero(a) and not _is_zero(b):
-            return Literal(0)  # 0 / 0 stays: NaN
+            return absence.zero(e)  # 0 / 0 stays: NaN
         if isinstance(e, Add):
             if _is_zero(a):
                 return b
@@ -278,7 +288,7 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
     if isinstance(e, Intrinsic):
         args = tuple(simplify(x, zero, absence) for x in e.args)
         if all(isinstance(x, Literal) for x in args) and zero_at(e.fn, tuple(x.value for x in args)):
-            return Literal(0)
+            return absence.zero(e)
         absorbed = _absorbed(e, *args) if len(args) == 2 else None
         return absorbed if absorbed is not None else Intrinsic(e.fn, args)
     return e

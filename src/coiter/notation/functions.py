@@ -46,6 +46,8 @@ class Function:
             with warnings.catch_warnings():  # complex to real: the imaginary part goes, as intended
                 warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
                 return np.asarray(args[0]).astype(self.cast)[()]
+        if self.ufunc is np.power:
+            return _power(*args)
         return self.ufunc(*args)
 
     def loop(self, promoted: np.dtype) -> tuple[np.dtype, np.dtype]:
@@ -55,6 +57,17 @@ class Function:
             return promoted, np.dtype(self.cast)
         resolved = self.ufunc.resolve_dtypes((promoted,) * self.ufunc.nin + (None,))
         return np.dtype(resolved[0]), np.dtype(resolved[-1])
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    """``np.power``, with the value kernels give an integer power of a negative exponent
+    where NumPy raises: the truncated quotient, 0 unless the base is 1 or -1."""
+    b, e = np.asarray(base), np.asarray(exponent)
+    if b.dtype.kind not in "biu" or e.dtype.kind not in "iu" or not (e < 0).any():
+        return np.power(base, exponent)
+    power = np.power(b, np.where(e < 0, 0, e))
+    quotient = np.where(b == 1, 1, np.where(b == -1, np.where(e % 2, -1, 1), 0))
+    return np.where(e < 0, quotient, power).astype(power.dtype)[()]
 
 
 def _table() -> dict[str, Function]:
