@@ -149,12 +149,18 @@ def test_integer_powers_with_negative_exponents_truncate() -> None:
     ("pow(square(v(i)), -1)", lambda v, w: (v * v) ** -1.0),
     ("pow(max(v(i), 0), -3)", lambda v, w: np.maximum(v, 0) ** -3.0),
     ("pow(v(i) * w(i), -1) + w(i)", lambda v, w: (v * w) ** -1.0 + w),
+    ("pow(v(i) + 3, -2)", lambda v, w: (v + 3) ** -2.0),
+    ("pow(v(i) - 3, -1)", lambda v, w: (v - 3) ** -1.0),
+    ("pow(3 - v(i), -1)", lambda v, w: (3 - v) ** -1.0),
+    ("pow((v(i) + 2) * 3, -1)", lambda v, w: ((v + 2) * 3) ** -1.0),
+    ("exp(hypot(pow(v(i) + 3, -2), 2))", lambda v, w: np.exp(np.hypot((v + 3) ** -2.0, 2))),
 ])
 def test_negative_integer_powers_of_absent_float_entries(fmt: str, text: str, ref: Any) -> None:
     """Regression: pow(b(i), -2) of a float b raised NumPy's ValueError (its merge lattice
     evaluated the power at the integer 0), and pow(abs(b(i)), -2) or pow(b(i) * c(i), -1)
     gave 0 where b is absent instead of inf (the folded zero was the integer 0, which made
-    the power an integer one)."""
+    the power an integer one; found by hand), and pow(b(i) + 3, -2) gave 0 there instead of 1/9
+    (b(i) + 3 folded into the integer literal 3; found by the fuzzer's intrinsics)."""
     v = np.array([0.0, 2.0, 0.0, -4.0, 0.5, 0.0])
     # no negative v where w is absent: x * 0 folds to +0 for every x (docs/language.md)
     w = np.array([0.0, 1.0, 3.0, 1.0, 0.0, 0.0])

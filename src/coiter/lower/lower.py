@@ -217,8 +217,24 @@ class Absence:
         """A zero of ``e``'s type, for ``e`` folded away (0.0 for a float product): an int 0
         would make an enclosing ``pow(b(i) * c(i), -1)`` an integer power, 0 where the
         kernel must give inf."""
+        return Literal(np.zeros((), self._dtype(e)).item())
+
+    def typed_like(self, x: Expr, e: Expr) -> Expr:
+        """``x``, what ``e`` folded into (``b(i) + 3`` into ``3`` where ``b`` is absent), of
+        ``e``'s kind where ``x`` holds literals only: ``3.0`` for a float ``b``, or a cast,
+        so that an enclosing ``pow(b(i) + 3, -2)`` stays a float power (1/9, not 0)."""
+        if _typed(x) or not _typed(e):
+            return x
+        want, have = self._dtype(e), computation_dtype(x, {}, np.dtype(np.float64))
+        if want.kind == have.kind:
+            return x
+        if isinstance(x, Literal):
+            return Literal(np.asarray(x.value).astype(want).item())
+        return Intrinsic(_KIND_CASTS[want.kind], (x,))
+
+    def _dtype(self, e: Expr) -> np.dtype:
         dtypes = {name: decl.dtype for name, decl in self.decls.items()}
-        return Literal(np.zeros((), computation_dtype(e, dtypes, np.dtype(np.float64))).item())
+        return computation_dtype(e, dtypes, np.dtype(np.float64))
 
     def fill_of(self, a: Access) -> Any:
         """``a``'s absent value as a NumPy scalar of its tensor's type: merge lattices
@@ -256,6 +272,15 @@ def _absorbed(e: Expr, a: Expr, b: Expr) -> Expr | None:
     return None
 
 
+# the cast giving a value of each kind (coiter.notation.functions' cast intrinsics)
+_KIND_CASTS = {"b": "bool", "i": "int64", "u": "uint64", "f": "float64", "c": "complex128"}
+
+
+def _typed(e: Expr) -> bool:
+    """Whether ``e`` reads a tensor or a coordinate (else its type is its literals')."""
+    return any(isinstance(x, (Access, Coordinate)) for x in walk(e))
+
+
 def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
     """Replace accesses in ``zero`` by their absent value and fold x*0, x+0, -0 (Chou et
     al.'s case expressions), and operands that an absent value absorbs (x + inf), as the
@@ -276,14 +301,14 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
             return absence.zero(e)  # 0 / 0 stays: NaN
         if isinstance(e, Add):
             if _is_zero(a):
-                return b
+                return absence.typed_like(b, e)
             if _is_zero(b):
-                return a
+                return absence.typed_like(a, e)
         if isinstance(e, Sub):
             if _is_zero(b):
-                return a
+                return absence.typed_like(a, e)
             if _is_zero(a):
-                return Neg(b)
+                return absence.typed_like(Neg(b), e)
         return type(e)(a, b)
     if isinstance(e, Intrinsic):
         args = tuple(simplify(x, zero, absence) for x in e.args)
