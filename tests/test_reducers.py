@@ -104,6 +104,7 @@ def test_elementwise_min_and_max_stay_elementwise() -> None:
 @pytest.mark.parametrize("text, message", [
     ("y(i) = sum(i, b(i))", "index variable of the result"),
     ("y(i) = min(j, b(i))", "no tensor in its body"),
+    ("y = max(B, B)", r"element-wise max of a tensor B of order 0, write B\(\)"),
     ("y(i) = prod(2, b(i))", "the index variable prod reduces over"),
 ])
 def test_bad_reductions_are_parse_errors(text: str, message: str) -> None:

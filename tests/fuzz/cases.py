@@ -42,6 +42,7 @@ import scipy.sparse
 
 import coiter
 from coiter.formats import as_format
+from coiter.notation.functions import FUNCTIONS
 
 VARS = "ijkl"
 NAMES = "BCDE"
@@ -86,7 +87,24 @@ class Bin:
     b: Node
 
 
-Node = Union[Acc, Lit, Neg, Bin]
+@dataclass(frozen=True)
+class Call:
+    """An intrinsic (coiter.notation.functions) of one or two arguments."""
+
+    fn: str
+    args: tuple[Node, ...]
+
+
+Node = Union[Acc, Lit, Neg, Bin, Call]
+
+# Intrinsics drawn into float cases (a separate random stream wraps parts of the tree, so
+# the other cases stay as they were): functions whose values on finite floats coiter and
+# NumPy agree on, up to the non-finite entries check() leaves out (sqrt of a negative, pow
+# of an absent zero: the lattices' x * 0 = 0 meets NaN and inf there). atan2 and copysign
+# are left out: x * 0 folds to +0 where NumPy keeps -0, and they tell the two apart.
+UNARY_CALLS = ("abs", "sqrt", "exp", "sin", "cos", "square", "tanh", "cbrt", "trunc")
+BINARY_CALLS = ("max", "min", "hypot")
+POW_EXPONENTS = (2, 3, 0.5, -1, -2, 0)
 
 
 def _python_folded(e: Node) -> Node:
@@ -99,6 +117,8 @@ def _python_folded(e: Node) -> Node:
         if isinstance(a, Lit) and isinstance(b, Lit):
             return Lit({"+": a.value + b.value, "-": a.value - b.value, "*": a.value * b.value}[e.op])
         return Bin(e.op, a, b)
+    if isinstance(e, Call):  # calls hold an access (_with_calls): nothing for Python to fold
+        return Call(e.fn, tuple(_python_folded(x) for x in e.args))
     return e
 
 
@@ -108,6 +128,8 @@ def leaves(e: Node) -> list[Node]:
         return leaves(e.x)
     if isinstance(e, Bin):
         return leaves(e.a) + leaves(e.b)
+    if isinstance(e, Call):
+        return [x for arg in e.args for x in leaves(arg)]
     return [e]
 
 
@@ -123,6 +145,8 @@ def text(e: Node, terse: bool) -> str:
         return repr(e.value)
     if isinstance(e, Neg):
         return f"-({text(e.x, terse)})"
+    if isinstance(e, Call):  # max(B, ...) of a terse order-0 B would be a reduction over B
+        return f"{e.fn}({', '.join(text(x, False) for x in e.args)})"
     return f"({text(e.a, terse)} {e.op} {text(e.b, terse)})"
 
 
@@ -139,6 +163,8 @@ def dsl(e: Node) -> str:
         return repr(e.value)
     if isinstance(e, Neg):
         return f"-({dsl(e.x)})"
+    if isinstance(e, Call):  # NumPy's ufuncs on DSL expressions build the intrinsic
+        return f"np.{FUNCTIONS[e.fn].ufunc.__name__}({', '.join(dsl(x) for x in e.args)})"
     return f"({dsl(e.a)} {e.op} {dsl(e.b)})"
 
 
@@ -283,6 +309,32 @@ def _tree(rng: np.random.Generator, tensors: dict[str, str], depth: int, plain: 
     return Bin(op, _tree(rng, tensors, depth - 1, plain), _tree(rng, tensors, depth - 1, plain))
 
 
+def _with_calls(rng: np.random.Generator, e: Node) -> Node:
+    """``e`` with some sub-expressions that read an operand put into intrinsics: a unary
+    function or a power by a literal around them, a binary function instead of ``+``/``*``."""
+    if isinstance(e, Neg):
+        e = Neg(_with_calls(rng, e.x))
+    elif isinstance(e, Bin):
+        a, b = _with_calls(rng, e.a), _with_calls(rng, e.b)
+        call = accesses(e) and rng.random() < 0.2  # a call of literals only would be typed
+        e = Call(str(rng.choice(BINARY_CALLS)), (a, b)) if call else Bin(e.op, a, b)
+    if not accesses(e) or rng.random() >= 0.3:
+        return e
+    if rng.random() < 0.25:
+        return Call("pow", (e, Lit(POW_EXPONENTS[rng.integers(len(POW_EXPONENTS))])))
+    return Call(str(rng.choice(UNARY_CALLS)), (e,))
+
+
+def _has_calls(e: Node) -> bool:
+    if isinstance(e, Call):
+        return True
+    if isinstance(e, Neg):
+        return _has_calls(e.x)
+    if isinstance(e, Bin):
+        return _has_calls(e.a) or _has_calls(e.b)
+    return False
+
+
 def _without_minus(e: Node) -> Node:
     """``e`` with differences made sums and negations dropped."""
     if isinstance(e, Neg):
@@ -315,6 +367,11 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
     used = dict.fromkeys(a.name for a in accesses(rhs))
     if all(dtypes[n] == "bool" for n in used) and not any(isinstance(x, Lit) for x in leaves(rhs)):
         rhs = _without_minus(rhs)  # a bool result: NumPy has no bool subtraction or negation
+    if front != "einsum" and all(dtypes[n] in ("float64", "float32") for n in used) and not any(
+            isinstance(x, Lit) and isinstance(x.value, complex) for x in leaves(rhs)):
+        calls = np.random.default_rng([seed, number, 1])  # its own stream: see UNARY_CALLS
+        if calls.random() < 0.5:
+            rhs = _with_calls(calls, rhs)
     transposed = {v for a in accesses(rhs) if a.idx != tensors[a.name] for v in a.idx}
     for v in transposed:  # a transposed access ties the extents of its modes
         dims[v] = dims[min(transposed)]
@@ -499,22 +556,29 @@ def reference(case: Case) -> np.ndarray:
         x = x.reshape([case.dims[v] if v in labels else 1 for v in out])
         return np.broadcast_to(x, [case.dims[v] for v in out])
 
-    def ev(e: Node) -> tuple[np.ndarray, str, Counter[str]]:
+    def ev(e: Node, inside_call: bool = False) -> tuple[np.ndarray, str, Counter[str]]:
         if isinstance(e, Lit):
             return np.array(e.value, dtype=wide), "", Counter()
         if isinstance(e, Acc):
             x, labels, uses = case.operands[e.name].data.astype(wide), e.idx, Counter(e.idx)
         elif isinstance(e, Neg):
-            x, labels, uses = ev(e.x)
+            x, labels, uses = ev(e.x, inside_call)
             x = -x
+        elif isinstance(e, Call):
+            args = [ev(arg, True) for arg in e.args]
+            labels = "".join(dict.fromkeys(v for _, la, _ in args for v in la))
+            uses = sum((u for _, _, u in args), Counter())
+            x = FUNCTIONS[e.fn](*(spread(a, la, labels) for a, la, _ in args))
         else:
-            a, la, ua = ev(e.a)
-            b, lb, ub = ev(e.b)
+            a, la, ua = ev(e.a, inside_call)
+            b, lb, ub = ev(e.b, inside_call)
             labels, uses = la + "".join(v for v in lb if v not in la), ua + ub
             if e.op == "*":
                 x = np.einsum(f"{la},{lb}->{labels}", a, b)
             else:
                 x = spread(a, la, labels) + (1 if e.op == "+" else -1) * spread(b, lb, labels)
+        if inside_call:  # an implicit sum never enters a function (docs/language.md)
+            return x, labels, uses
         # sum each variable not in the result where all its uses are inside e
         keep = "".join(v for v in labels if v in case.lhs or uses[v] < total[v])
         return (np.einsum(f"{labels}->{keep}", x) if keep != labels else x), keep, uses
@@ -579,7 +643,10 @@ def check(case: Case, got: list[Observed], pattern: Observed | None) -> str:
     # float16 sums round once per term in NumPy and once per kernel store: a few units in
     # the last place of a 10-bit mantissa
     tol = (0.0, 0.0) if exact else (1e-2, 1e-2) if half else (1e-4, 1e-3) if loose else (1e-9, 1e-9)
-    unchecked = ~np.isfinite(want) if case.nonfinite else np.zeros(want.shape, dtype=bool)
+    # entries NumPy computes non-finite: the lattices' algebra (x * 0 = 0 for every x) gives
+    # numbers there where an absent zero meets inf or NaN, from the data or a function
+    unchecked = (~np.isfinite(want) if case.nonfinite or _has_calls(case.rhs)
+                 else np.zeros(want.shape, dtype=bool))
     want = np.where(unchecked, 0, want)
     for k, (shape, dtype, f, arr) in enumerate(got):
         if (shape, dtype) != (want.shape, rt) or not same_format(case, f, fmt):

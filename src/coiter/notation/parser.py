@@ -300,7 +300,8 @@ class _Parser:
         self.advance()
         if IndexVar(var.text) not in {v for a in accesses(body) for v in a.index_vars}:
             raise self.error(f"{name.text} reduces over {var.text}, which no tensor in its body "
-                             "is indexed by", var.column)
+                             f"is indexed by (for the element-wise {name.text} of a tensor "
+                             f"{var.text} of order 0, write {var.text}())", var.column)
         return Reduction(IndexVar(var.text), body, name.text)
 
     def call(self, name: _Token) -> Call:
