@@ -11,8 +11,8 @@ import scipy.sparse as sp
 
 import coiter
 from coiter import (
-    ArgumentError, CacheError, DTypeError, FormatError, KernelError, ParseError, ScheduleError,
-    ShapeError,
+    ArgumentError, CacheError, DensifyError, DTypeError, FormatError, KernelError, ParseError,
+    ScheduleError, ShapeError,
 )
 
 X = np.arange(3.0)
@@ -166,6 +166,8 @@ CATALOG: list[tuple[str, Callable[[Path], Any], type, str]] = [
         coiter.index_vars("i j")], ShapeError, "v has order 1"),
     ("DSL subscript that is no index variable", lambda t: coiter.Tensor.from_numpy(X)[0.5],
      ArgumentError, "got 0.5"),
+    ("sparse tensor densified past the limit", lambda t: np.asarray(coiter.Tensor(
+        (20000, 20000), format="csr", name="Big")), DensifyError, "Big (20000, 20000)"),
     # files and the cache
     ("file of an unknown type", lambda t: coiter.read(_file(t, "a.txt", "1 2 3")), FormatError, "a.txt"),
     ("malformed Matrix Market file", lambda t: coiter.read(_file(

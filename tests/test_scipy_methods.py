@@ -233,3 +233,49 @@ def test_operands_of_python_operators_are_named_in_errors() -> None:
         A.power("x")
     with pytest.raises(coiter.DTypeError, match="^an operand holds Python objects"):
         A.multiply(np.array([[object()] * 5] * 7))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "complex128", "bool"])
+def test_numpy_norms_without_densifying(fmt: str, dtype: str) -> None:
+    A, a = _matrix(fmt, dtype, seed=14)
+    for ord in [None, "fro", 1, -1, np.inf, -np.inf, 2, "nuc"]:
+        got, ref = np.linalg.norm(A, ord), np.linalg.norm(a, ord)
+        assert type(got) is type(ref), ord
+        np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == "float32" else 1e-12)
+    np.testing.assert_allclose(np.linalg.norm(A + A), np.linalg.norm(a + a), rtol=1e-5)
+    v = a[:, 1].copy()
+    V = coiter.Tensor.from_numpy(v, format="s" if fmt != "dense" else "d")
+    for ord in [None, 2, 1, 0, 3, 0.5, -2, np.inf, -np.inf]:
+        with np.errstate(divide="ignore"):
+            got, ref = np.linalg.norm(V, ord), np.linalg.norm(v, ord)
+        assert type(got) is type(ref), ord
+        np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == "float32" else 1e-12)
+    np.testing.assert_allclose(np.linalg.norm(A, axis=1), np.linalg.norm(a, axis=1))  # dense path
+
+
+def test_norms_of_large_sparse_matrices_do_not_densify(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COITER_DENSIFY_LIMIT", "1000")
+    S = sp.random_array((3000, 2000), density=0.001, random_state=15, format="csr")
+    A = coiter.Tensor.from_scipy(S)
+    np.testing.assert_allclose(np.linalg.norm(A), sla.norm(S), rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(A, 1), sla.norm(S, 1), rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(A, np.inf), sla.norm(S, np.inf), rtol=1e-12)
+    with pytest.raises(coiter.DensifyError, match="COITER_DENSIFY_LIMIT"):
+        np.linalg.norm(A, 2)  # the spectral norm needs the dense array
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_numpy_functions_that_are_methods(fmt: str) -> None:
+    A, a = _matrix(fmt, "complex128", seed=16)
+    np.testing.assert_array_equal(np.diagonal(A, 1).to_numpy(), np.diagonal(a, 1))
+    np.testing.assert_array_equal(np.diagonal(A, offset=-2).to_numpy(), np.diagonal(a, offset=-2))
+    assert complex(np.trace(A)) == np.trace(a)
+    np.testing.assert_array_equal(np.real(A).to_numpy(), np.real(a))
+    np.testing.assert_array_equal(np.imag(A + A).to_numpy(), np.imag(a + a))
+    assert np.count_nonzero(A) == np.count_nonzero(a)
+    for g, r in zip(np.nonzero(A), np.nonzero(a)):
+        np.testing.assert_array_equal(g, r)
+    # arguments the methods do not take: NumPy on the dense array
+    np.testing.assert_array_equal(np.diagonal(A, 0, 1, 0), np.diagonal(a, 0, 1, 0))
+    np.testing.assert_array_equal(np.count_nonzero(A, axis=0), np.count_nonzero(a, axis=0))

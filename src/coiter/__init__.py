@@ -7,8 +7,8 @@ it on NumPy/SciPy data.
 from . import lazy as _lazy
 from .api import compile, default_result_format, einsum, einsum_path, evaluate, run_assignment as _run_assignment
 from .errors import (
-    ArgumentError, CacheError, CoiterError, CompileError, DTypeError, FormatError, KernelError, ParseError,
-    OutOfBoundsError, PerformanceWarning, ScheduleError, ShapeError,
+    ArgumentError, CacheError, CoiterError, CompileError, DensifyError, DTypeError, FormatError, KernelError,
+    ParseError, OutOfBoundsError, PerformanceWarning, ScheduleError, ShapeError,
 )
 from .formats import (
     Compressed, Dense, Format, Hashed, Layout, Level, LevelCoord, LevelNames, Offset, Packed,
@@ -40,6 +40,6 @@ __all__ = [
     "ParentPos", "Packed", "Layout", "LevelCoord", "Dense", "Compressed", "Singleton", "Hashed",
     "Range", "Offset", "PaddedSingleton", "register_level", "parse_format", "coo", "csc", "csf",
     "csr", "csr_unordered", "dcsc", "dcsr", "dense", "dia", "ell", "bcsr", "bcoo", "csb", "hash_vector",
-    "hash_matrix", "sparse_vector", "coo_aos", "ArgumentError", "CacheError", "CoiterError", "CompileError", "DTypeError",
+    "hash_matrix", "sparse_vector", "coo_aos", "ArgumentError", "CacheError", "CoiterError", "CompileError", "DensifyError", "DTypeError",
     "FormatError", "KernelError", "OutOfBoundsError", "ParseError", "PerformanceWarning", "ScheduleError", "ShapeError",
 ]

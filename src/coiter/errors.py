@@ -58,6 +58,11 @@ class KernelError(CoiterError, RuntimeError):
     """A generated kernel reported a run-time failure (out of memory, index overflow)."""
 
 
+class DensifyError(CoiterError, RuntimeError):
+    """A sparse tensor would densify implicitly (``np.asarray``, a NumPy function coiter does
+    not implement) into more than ``COITER_DENSIFY_LIMIT`` bytes."""
+
+
 class CacheError(CoiterError, RuntimeError):
     """The kernel cache folder cannot be used (not a folder, or writable by other users)."""
 

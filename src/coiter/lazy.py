@@ -39,6 +39,7 @@ chooses another); a dense one is a dense array.
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from typing import Any
@@ -455,6 +456,8 @@ def _apply(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
     every tensor operand is and the function is zero where they all are (at their zeros and
     the scalars)."""
     leaves = [Lazy.leaf(x) for x in inputs if not _is_scalar(x)]
+    if ufunc is np.power:
+        _check_integer_power(*inputs)
     free, shape, exprs = _aligned(ufunc.__name__, tuple(leaves))
     tensor_exprs = iter(exprs)
     args = [as_expr(x) if _is_scalar(x) else next(tensor_exprs) for x in inputs]
@@ -464,6 +467,17 @@ def _apply(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
               and zero_at(expr.fn, at_zeros))
     operands = {n: t for a in leaves for n, t in a._operands.items()}
     return Lazy(expr, free, shape, operands, sparse)
+
+
+def _check_integer_power(base: Any, exponent: Any) -> None:
+    """NumPy's error for an integer tensor to a negative integer power (index notation's
+    ``pow`` gives the truncated quotient instead, docs/language.md)."""
+    kinds = [np.asarray(x).dtype.kind if _is_scalar(x) else Lazy.leaf(x).dtype.kind
+             for x in (base, exponent)]
+    if _is_scalar(exponent) and kinds[0] in "biu" and kinds[1] in "iu" and exponent < 0:
+        raise ArgumentError(f"** {exponent}: integers to negative integer powers are not "
+                            "allowed (NumPy's rule); make the base float first "
+                            "(A.astype(float) ** -1)")
 
 
 # ---------------------------------------------------------------------- NumPy protocols
@@ -520,9 +534,71 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         return einsum(args[0], *args[1:])
     if func is np.tensordot and set(kwargs) <= {"axes"}:
         return _tensordot(*args, **kwargs)
+    if func in _METHODS or func is np.linalg.norm:
+        value = _as_method(func, args, kwargs)
+        if value is not None:
+            return value
     name = f"numpy.{func.__name__}"
     return func(*(_densified(x, name) for x in args),
                 **{k: _densified(v, name) for k, v in kwargs.items()})
+
+
+# NumPy functions that are methods of tensors, with the arguments besides the tensor that
+# the method takes (other arguments, axis1= say, fall back to the dense array)
+_METHODS: dict[Any, tuple[str, frozenset[str]]] = {
+    np.diagonal: ("diagonal", frozenset({"offset"})), np.trace: ("trace", frozenset({"offset"})),
+    np.real: ("real", frozenset()), np.imag: ("imag", frozenset()),
+    np.count_nonzero: ("count_nonzero", frozenset()), np.nonzero: ("nonzero", frozenset()),
+}
+
+
+def _as_method(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``func(*args, **kwargs)`` computed by the tensor's own method (``np.trace(A)`` is
+    ``A.trace()``), or None where the arguments ask for more than the method does."""
+    try:
+        bound = inspect.signature(func).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return None
+    first = next(iter(bound))
+    x = bound.pop(first)
+    if not isinstance(x, (Tensor, Lazy)):
+        return None
+    if func is np.linalg.norm:
+        return _norm(Lazy.leaf(x), **bound)
+    name, takes = _METHODS[func]
+    if set(bound) - takes:
+        return None
+    method = getattr(x, name)
+    return method(**bound) if callable(method) else method
+
+
+def _norm(x: Lazy, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:
+    """``np.linalg.norm`` of a vector or matrix by fused kernels (no densifying): the
+    vector p-norms and the matrix Frobenius, 1, -1, inf and -inf norms; None (the dense
+    array's norm) for the spectral and nuclear norms and for ``axis``/``keepdims``."""
+    if axis is not None or keepdims or x.ndim not in (1, 2):
+        return None
+    if x.dtype.kind not in "fc":  # NumPy's norm of integers and bools computes in float64
+        x = Lazy(Call("float64", (x._expr,)), x._free, x.shape, x._operands, x._sparse)
+    a = abs(x)
+    if ord is None or (x.ndim == 2 and ord == "fro") or (x.ndim == 1 and ord == 2):
+        return np.sqrt((a * a).sum().to_numpy()[()])
+    if x.ndim == 2:
+        if ord in (1, -1, np.inf, -np.inf):
+            sums = a.sum(axis=0 if ord in (1, -1) else 1)
+            return (sums.max() if ord > 0 else sums.min()).to_numpy()[()]
+        return None
+    if isinstance(ord, str):
+        return None
+    if ord == np.inf:
+        return a.max().to_numpy()[()]
+    if ord == -np.inf:
+        return a.min().to_numpy()[()]
+    if ord == 0:
+        return a.dtype.type((a != 0).sum().to_numpy()[()])
+    if ord == 1:
+        return a.sum().to_numpy()[()]
+    return (a ** ord).sum().to_numpy()[()] ** (1.0 / ord)
 
 
 def _densified(obj: Any, function: str) -> Any:

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .array_methods import ArrayMethods
-from .errors import ArgumentError, DTypeError, FormatError, ShapeError
+from .errors import ArgumentError, DensifyError, DTypeError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, csr_unordered, dia
 from .formats.levels import Compressed, Dense
 from .formats.storage import Storage, check_fill
@@ -316,7 +316,7 @@ def densify_check(t: Tensor, what: str) -> None:
     limit = DENSIFY_LIMIT if limit is None else limit
     size = math.prod(t.shape) * t.dtype.itemsize
     if size > limit:
-        raise RuntimeError(
+        raise DensifyError(
             f"{what} would densify the sparse tensor {t.name} {t.shape} ({t.nnz} nonzeros) into "
             f"{size / 2**20:.0f} MiB, over the limit of {limit / 2**20:.0f} MiB "
             "(COITER_DENSIFY_LIMIT); densify explicitly with .to_numpy() if that is what you want")
