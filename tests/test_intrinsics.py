@@ -174,6 +174,31 @@ def test_negative_integer_powers_of_absent_float_entries(fmt: str, text: str, re
         np.testing.assert_array_equal((coiter.Tensor.from_numpy(v, format=fmt) ** -2).to_numpy(), v ** -2.0)
 
 
+@pytest.mark.parametrize("text,ref", [
+    ("A(l,i) = B(l) + C(i) + 1 / B(l)", lambda b, c: b + c + 1 / b),
+    ("A(l,i) = log(B(l)) + C(i)", lambda b, c: np.log(b) + c),
+    ("A(l,i) = C(i) - 1 / B(l)", lambda b, c: c - 1 / b),
+    ("A(l,i) = C(i) + pow(B(l), -1)", lambda b, c: c + b ** -1.0),
+    ("A(l,i) = max(C(i), 1 / B(l))", lambda b, c: np.maximum(c, 1 / b)),
+    ("A(l,i) = (B(l) - 2 * B(l)) * C(i) + C(i)", lambda b, c: (b - 2 * b) * c + c),
+    ("A(l,i) = C(i) * exp(B(l)) + C(i) / (B(l) + 1)", lambda b, c: c * np.exp(b) + c / (b + 1)),
+])
+def test_an_infinite_absent_value_absorbs_a_sum_over_another_operand(text: str, ref: Any) -> None:
+    """Regression (found by the fuzzer's intrinsics, seed 24 case 7280): where b is absent,
+    1 / b(l) is inf, which the merge lattice takes to absorb c(i) + ...: no loop over c. The
+    simplified absent case kept 1 / 0.0 as an expression, so c(i) + inf was not folded and
+    lowering read c(i) with no loop over c (KeyError)."""
+    b = np.array([0.41, -1.9, 0.0, 2.0])
+    c = np.array([-1.08, 0.0, 0.91, 0.10])
+    B, C = coiter.Tensor.from_numpy(b, format="s"), coiter.Tensor.from_numpy(c, format="s")
+    got = coiter.evaluate(text, "dd", B=B, C=C).to_numpy()
+    with np.errstate(all="ignore"):
+        want = ref(b[:, None], c[None, :])
+    finite = np.isfinite(want)  # inf + c: the lattices' algebra (docs/language.md)
+    np.testing.assert_array_equal(np.where(finite, got, 0), np.where(finite, want, 0))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
 def test_python_operators_and_numpy_ufuncs_build_intrinsics() -> None:
     rng = np.random.default_rng(6)
     a = rng.standard_normal((5, 4)) * (rng.random((5, 4)) < 0.5)

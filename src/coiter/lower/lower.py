@@ -34,7 +34,9 @@ from ..ir.nodes import (
     If, IRExpr, IRStmt, Load, Max, Min, Param, Pragma, Return, Select, THREADS_BRANCH, Un, Var,
     While, add, block, conj, eq, lt, mul,
 )
-from ..lattice.lattice import Iter, Lattice, Point, build_lattice, locate_where_possible, sparse_iters
+from ..lattice.lattice import (
+    Iter, Lattice, Point, build_lattice, expression_fill, locate_where_possible, sparse_iters,
+)
 from ..notation.ast import (
     Access, Add, BinaryExpr, Call as Intrinsic, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg,
     Number, Reduction, Sub, accesses, map_accesses, walk,
@@ -289,7 +291,7 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
         return absence.literal(e) if e in zero else e
     if isinstance(e, Neg):
         a = simplify(e.operand, zero, absence)
-        return absence.zero(e) if _is_zero(a) else Neg(a)
+        return absence.zero(e) if _is_zero(a) else _settled(Neg(a), e, absence)
     if isinstance(e, BinaryExpr):
         a, b = simplify(e.a, zero, absence), simplify(e.b, zero, absence)
         absorbed = _absorbed(e, a, b)
@@ -309,14 +311,28 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
                 return absence.typed_like(a, e)
             if _is_zero(a):
                 return absence.typed_like(Neg(b), e)
-        return type(e)(a, b)
+        return _settled(type(e)(a, b), e, absence)
     if isinstance(e, Intrinsic):
         args = tuple(simplify(x, zero, absence) for x in e.args)
         if all(isinstance(x, Literal) for x in args) and zero_at(e.fn, tuple(x.value for x in args)):
             return absence.zero(e)
         absorbed = _absorbed(e, *args) if len(args) == 2 else None
-        return absorbed if absorbed is not None else Intrinsic(e.fn, args)
+        return absorbed if absorbed is not None else _settled(Intrinsic(e.fn, args), e, absence)
     return e
+
+
+def _settled(r: Expr, e: Expr, absence: Absence) -> Expr:
+    """``r``, what ``e`` simplified into, as the literal of its value where it holds literals
+    only and that value is one the merge lattices' algebra acts on: an infinity absorbs a
+    sum and a zero a product. The lattices evaluate such values (``1 / b(l)`` is inf where
+    ``b`` is absent, so ``c(i) + 1 / b(l)`` walks no loop over ``c``); left as an expression
+    the absent case kept reading ``c(i)`` with no loop over ``c`` (KeyError)."""
+    if isinstance(r, Literal) or _typed(r):
+        return r
+    value = expression_fill(r, lambda a: False, lambda a: 0)
+    if value is None or not (np.isinf(value) or value == 0):
+        return r
+    return absence.typed_like(Literal(np.asarray(value).item()), e)
 
 
 def restrict(s: Stmt, zero: frozenset, absence: Absence) -> Stmt | None:
