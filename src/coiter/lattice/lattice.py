@@ -122,6 +122,12 @@ _ABSORBS: dict[type, Callable[[Any, int], bool]] = {
 }
 
 
+def _number(value: Any) -> Any:
+    """``value`` for arithmetic: a bool as the int 0 or 1 (NumPy refuses to subtract or negate
+    bools; kernels compute them in the result's number type)."""
+    return np.int8(value) if isinstance(value, (bool, np.bool_)) else value
+
+
 def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[[Access], Any]) -> Node:
     if isinstance(e, Access):
         it = iter_of(e)
@@ -132,13 +138,14 @@ def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[
         return [frozenset()], None
     if isinstance(e, Neg):
         points, fill = _build(e.operand, iter_of, fill_of)
-        return points, None if fill is None else -fill
+        return points, None if fill is None else -_number(fill)
     if isinstance(e, Reduction):
         points, fill = _build(e.body, iter_of, fill_of)
         return points, None if fill is None else reduced_fill(e.op, fill)
     if isinstance(e, BinaryExpr):
-        return _binary(ARITHMETIC[type(e)], _build(e.a, iter_of, fill_of), _build(e.b, iter_of, fill_of),
-                       _ABSORBS[type(e)])
+        op = ARITHMETIC[type(e)]
+        return _binary(lambda x, y: op(_number(x), _number(y)), _build(e.a, iter_of, fill_of),
+                       _build(e.b, iter_of, fill_of), _ABSORBS[type(e)])
     if isinstance(e, Call):  # where any argument is, unless a fill absorbs (max with inf)
         f = function(e.fn)
         args = [_build(arg, iter_of, fill_of) for arg in e.args]
