@@ -97,14 +97,16 @@ class Call:
 
 Node = Union[Acc, Lit, Neg, Bin, Call]
 
-# Intrinsics drawn into float cases (a separate random stream wraps parts of the tree, so
-# the other cases stay as they were): functions whose values on finite floats coiter and
-# NumPy agree on, up to the non-finite entries check() leaves out (sqrt of a negative, pow
-# of an absent zero: the lattices' x * 0 = 0 meets NaN and inf there). atan2 and copysign
-# are left out: x * 0 folds to +0 where NumPy keeps -0, and they tell the two apart.
-UNARY_CALLS = ("abs", "sqrt", "exp", "sin", "cos", "square", "tanh", "cbrt", "trunc")
-BINARY_CALLS = ("max", "min", "hypot")
-POW_EXPONENTS = (2, 3, 0.5, -1, -2, 0)
+# Intrinsics drawn into float and integer cases (a separate random stream wraps parts of
+# the tree, so the other cases stay as they were). Float cases: functions whose values on
+# finite floats coiter and NumPy agree on, up to the non-finite entries check() leaves out
+# (sqrt of a negative, pow of an absent zero: the lattices' x * 0 = 0 meets NaN and inf
+# there); atan2 and copysign are left out: x * 0 folds to +0 where NumPy keeps -0, and they
+# tell the two apart. Integer cases (int64/int32: no wrap between operations to tell max/min
+# of wrapped values from NumPy's) draw the functions that keep integers integers.
+FLOAT_CALLS = (("abs", "sqrt", "exp", "sin", "cos", "square", "tanh", "cbrt", "trunc"),
+               ("max", "min", "hypot"), (2, 3, 0.5, -1, -2, 0))
+INTEGER_CALLS = (("abs", "square"), ("max", "min"), (2, 3, 0))
 
 
 def _python_folded(e: Node) -> Node:
@@ -309,20 +311,22 @@ def _tree(rng: np.random.Generator, tensors: dict[str, str], depth: int, plain: 
     return Bin(op, _tree(rng, tensors, depth - 1, plain), _tree(rng, tensors, depth - 1, plain))
 
 
-def _with_calls(rng: np.random.Generator, e: Node) -> Node:
+def _with_calls(rng: np.random.Generator, e: Node, calls: tuple[tuple, tuple, tuple]) -> Node:
     """``e`` with some sub-expressions that read an operand put into intrinsics: a unary
-    function or a power by a literal around them, a binary function instead of ``+``/``*``."""
+    function or a power by a literal around them, a binary function instead of ``+``/``*``
+    (``calls``: FLOAT_CALLS or INTEGER_CALLS)."""
+    unary, binary, exponents = calls
     if isinstance(e, Neg):
-        e = Neg(_with_calls(rng, e.x))
+        e = Neg(_with_calls(rng, e.x, calls))
     elif isinstance(e, Bin):
-        a, b = _with_calls(rng, e.a), _with_calls(rng, e.b)
+        a, b = _with_calls(rng, e.a, calls), _with_calls(rng, e.b, calls)
         call = accesses(e) and rng.random() < 0.2  # a call of literals only would be typed
-        e = Call(str(rng.choice(BINARY_CALLS)), (a, b)) if call else Bin(e.op, a, b)
+        e = Call(str(rng.choice(binary)), (a, b)) if call else Bin(e.op, a, b)
     if not accesses(e) or rng.random() >= 0.3:
         return e
     if rng.random() < 0.25:
-        return Call("pow", (e, Lit(POW_EXPONENTS[rng.integers(len(POW_EXPONENTS))])))
-    return Call(str(rng.choice(UNARY_CALLS)), (e,))
+        return Call("pow", (e, Lit(exponents[rng.integers(len(exponents))])))
+    return Call(str(rng.choice(unary)), (e,))
 
 
 def _has_calls(e: Node) -> bool:
@@ -367,11 +371,13 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
     used = dict.fromkeys(a.name for a in accesses(rhs))
     if all(dtypes[n] == "bool" for n in used) and not any(isinstance(x, Lit) for x in leaves(rhs)):
         rhs = _without_minus(rhs)  # a bool result: NumPy has no bool subtraction or negation
-    if front != "einsum" and all(dtypes[n] in ("float64", "float32") for n in used) and not any(
-            isinstance(x, Lit) and isinstance(x.value, complex) for x in leaves(rhs)):
-        calls = np.random.default_rng([seed, number, 1])  # its own stream: see UNARY_CALLS
+    kinds = {dtypes[n] for n in used}
+    if front != "einsum" and (kinds <= {"float64", "float32"} or kinds <= {"int64", "int32"}) \
+            and not any(isinstance(x, Lit) and isinstance(x.value, complex) for x in leaves(rhs)):
+        calls = np.random.default_rng([seed, number, 1])  # its own stream: see FLOAT_CALLS
         if calls.random() < 0.5:
-            rhs = _with_calls(calls, rhs)
+            rhs = _with_calls(calls, rhs, FLOAT_CALLS if "float64" in kinds or "float32" in kinds
+                              else INTEGER_CALLS)
     transposed = {v for a in accesses(rhs) if a.idx != tensors[a.name] for v in a.idx}
     for v in transposed:  # a transposed access ties the extents of its modes
         dims[v] = dims[min(transposed)]
