@@ -1,9 +1,11 @@
 """Random cases for the differential fuzzer: generation, execution and the NumPy reference.
 
-A case is drawn from ``numpy.random.default_rng([seed, number])`` alone, so any case can be
-rebuilt from its two numbers. It is an index-notation assignment ``A(...) = ...`` over up
-to four operands ``B, C, D, E`` of order 0-3 (sums, differences, products, negation,
-literals, implicit reductions, repeated and transposed operands), with random operand and
+A case is drawn from ``numpy.random.default_rng([seed, number])`` alone (and ``[seed,
+number, 1]`` for its intrinsics), so any case can be rebuilt from its two numbers. It is an
+index-notation assignment ``A(...) = ...`` over up to four operands ``B, C, D, E`` of order
+0-3 (sums, differences, products, negation, literals, implicit reductions, repeated and
+transposed operands; in float64/float32 and int64/int32 cases intrinsics too: see
+FLOAT_CALLS), with random operand and
 result formats, value types, shapes (dimensions 0-5), densities and sometimes NaN/±inf,
 run through one front end:
 
