@@ -216,6 +216,18 @@ def test_bools_in_arithmetic_of_sparse_operands(text: str) -> None:
     assert got.dtype == np.int8
 
 
+@pytest.mark.parametrize("fmt", ["s", "h"])
+def test_negative_literals_beside_absent_unsigned_entries(fmt: str) -> None:
+    """Regression (fuzz seed 2026120202 case 1137): where uint64 b is absent, b(l) + -2 folded
+    to -2 was retyped to uint64 (2**64 - 2) although the sum computes in the float result's
+    type: only integer literals under a float or complex sum become floats."""
+    b = np.array([0, 0, 3], dtype=np.uint64)
+    c = np.float16(0.5)
+    got = coiter.evaluate("a(l) = c - (b(l) + -2)", b=coiter.Tensor.from_numpy(b, format=fmt),
+                          c=np.array(c)).to_numpy()
+    np.testing.assert_array_equal(got, np.float64(c) - (b.astype(np.float64) - 2))
+
+
 def test_python_operators_and_numpy_ufuncs_build_intrinsics() -> None:
     rng = np.random.default_rng(6)
     a = rng.standard_normal((5, 4)) * (rng.random((5, 4)) < 0.5)

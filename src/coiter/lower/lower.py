@@ -222,13 +222,16 @@ class Absence:
         return Literal(np.zeros((), self._dtype(e)).item())
 
     def typed_like(self, x: Expr, e: Expr) -> Expr:
-        """``x``, what ``e`` folded into (``b(i) + 3`` into ``3`` where ``b`` is absent), of
-        ``e``'s kind where ``x`` holds literals only: ``3.0`` for a float ``b``, or a cast,
-        so that an enclosing ``pow(b(i) + 3, -2)`` stays a float power (1/9, not 0)."""
+        """``x``, what ``e`` folded into (``b(i) + 3`` into ``3`` where ``b`` is absent), a
+        float or complex value where ``e`` is one and ``x`` holds integer literals only:
+        ``3.0`` for a float ``b``, or a cast, so that an enclosing ``pow(b(i) + 3, -2)`` stays
+        a float power (1/9, not 0). Integer kinds stay as written: arithmetic outside
+        intrinsics computes in the result's type (``-2`` of ``uint64 b(l) + -2`` in a float
+        result is -2.0, not 2**64 - 2)."""
         if _typed(x) or not _typed(e):
             return x
         want, have = self._dtype(e), computation_dtype(x, {}, np.dtype(np.float64))
-        if want.kind == have.kind:
+        if want.kind not in "fc" or _KIND_RANK[want.kind] <= _KIND_RANK[have.kind]:
             return x
         if isinstance(x, Literal):
             return Literal(np.asarray(x.value).astype(want).item())
@@ -274,8 +277,10 @@ def _absorbed(e: Expr, a: Expr, b: Expr) -> Expr | None:
     return None
 
 
-# the cast giving a value of each kind (coiter.notation.functions' cast intrinsics)
-_KIND_CASTS = {"b": "bool", "i": "int64", "u": "uint64", "f": "float64", "c": "complex128"}
+# the cast giving a value of each kind (coiter.notation.functions' cast intrinsics), and
+# the kinds' order in NumPy's promotion
+_KIND_CASTS = {"f": "float64", "c": "complex128"}
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
 
 
 def _typed(e: Expr) -> bool:
