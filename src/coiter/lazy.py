@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .array_methods import ArrayMethods
 from .errors import ArgumentError, ShapeError
 from .formats import Format, as_format, csf, csr, dense
-from .array_methods import ArrayMethods
 from .formats.levels.compressed import Compressed
 from .notation.ast import (
     Access, Add, Assignment, Call, Div, Expr, IndexVar, Mul, Neg, Reduction, Sub, as_expr,
