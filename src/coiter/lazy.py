@@ -472,9 +472,10 @@ def _apply(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
 def _check_integer_power(base: Any, exponent: Any) -> None:
     """NumPy's error for an integer tensor to a negative integer power (index notation's
     ``pow`` gives the truncated quotient instead, docs/language.md)."""
-    kinds = [np.asarray(x).dtype.kind if _is_scalar(x) else Lazy.leaf(x).dtype.kind
-             for x in (base, exponent)]
-    if _is_scalar(exponent) and kinds[0] in "biu" and kinds[1] in "iu" and exponent < 0:
+    if not _is_scalar(exponent) or np.asarray(exponent).dtype.kind not in "iu" or exponent >= 0:
+        return
+    kind = np.asarray(base).dtype.kind if _is_scalar(base) else Lazy.leaf(base).dtype.kind
+    if kind in "biu":
         raise ArgumentError(f"** {exponent}: integers to negative integer powers are not "
                             "allowed (NumPy's rule); make the base float first "
                             "(A.astype(float) ** -1)")
