@@ -707,3 +707,25 @@ def test_products_of_sums_too_large_to_merge_are_multiplied_out():
                 ref[j, l, i] = (d[j, i] + 2) - 2j * d[i, j] + sum(
                     (b[k, j] - e[i, l, j]) * (b[j, k] - c[i]) for k in range(3))
     check(got, ref)
+
+
+@pytest.mark.parametrize("fmt", [coiter.ell(), coiter.dia(), coiter.bcsr((1, 2))])
+@pytest.mark.parametrize("expr", [
+    "A(j,i) = ((B(j,i) - B(j,i)) * B(j,i)) / (B(j,i) * B(j,i))",
+    "A(j,i) = B(j,i) * (B(j,i) + 1)",
+    "A(j,i) = B(j,i) * exp(B(j,i))",
+    "A(j,i) = B(j,i) / cos(B(j,i))",
+])
+def test_an_operand_with_a_layout_read_as_a_factor_and_elsewhere(fmt, expr):
+    # fuzz seed 31 case 35182: an ELL/DIA operand that is a factor in one place and not in
+    # another was read through its hidden slot or diagonal everywhere, so terms absent from a
+    # slot added the right-hand side's absent value (0 / 0 = NaN) once per slot: all NaN
+    rng = np.random.default_rng(16)
+    b = random_array(rng, (5, 6), 0.5)
+    with np.errstate(all="ignore"):
+        ref = eval(expr.split("= ")[1].replace("(j,i)", "").replace("exp", "np.exp").replace("cos", "np.cos"),
+                   {"np": np, "B": b})
+    got = coiter.evaluate(expr, B=tensor(b, fmt), out_format="dd").to_numpy()
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-12)
+    assert finite.sum() >= 10

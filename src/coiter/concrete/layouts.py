@@ -49,29 +49,39 @@ def plain_format(fmt: Format) -> Format:
     return csr if fmt.order == 2 and fmt.layout.reshapes else coo(fmt.order)
 
 
-def _factors(e: Expr, ok: bool, out: set[Access]) -> None:
-    """Collect accesses that are multiplicative factors of their innermost reduction."""
+def _factors(e: Expr, ok: bool, out: set[Access], elsewhere: set[Access]) -> None:
+    """Collect accesses that are multiplicative factors of their innermost reduction into
+    ``out``, and those read in other places (a sum's term, a divisor, a call's argument)
+    into ``elsewhere``."""
     if isinstance(e, Access):
-        if ok:
-            out.add(e)
+        (out if ok else elsewhere).add(e)
     elif isinstance(e, Reduction):  # a hidden variable sums padding in: only under sums
-        _factors(e.body, e.op == "sum", out)
+        _factors(e.body, e.op == "sum", out, elsewhere)
     elif isinstance(e, Neg):
-        _factors(e.operand, ok, out)
+        _factors(e.operand, ok, out, elsewhere)
     elif isinstance(e, Call):  # an intrinsic's arguments are no factors of the product
         for arg in e.args:
-            _factors(arg, False, out)
+            _factors(arg, False, out, elsewhere)
     elif isinstance(e, Mul):
-        _factors(e.a, ok, out)
-        _factors(e.b, ok, out)
+        _factors(e.a, ok, out, elsewhere)
+        _factors(e.b, ok, out, elsewhere)
     elif isinstance(e, Div):
-        _factors(e.a, ok, out)
-        _factors(e.b, False, out)
+        _factors(e.a, ok, out, elsewhere)
+        _factors(e.b, False, out, elsewhere)
     elif isinstance(e, BinaryExpr):
-        _factors(e.a, False, out)
-        _factors(e.b, False, out)
+        _factors(e.a, False, out, elsewhere)
+        _factors(e.b, False, out, elsewhere)
 
 
+def factor_accesses(e: Expr) -> set[Access]:
+    """The accesses of ``e`` read as multiplicative factors of their innermost reduction
+    everywhere they occur. An access read both ways (``(B - B) * B / (B * B)``) reads
+    through its levels everywhere once expanded, so each of its layout's empty slots would
+    add the right-hand side's value there (0 / 0 = NaN) instead of nothing."""
+    out: set[Access] = set()
+    elsewhere: set[Access] = set()
+    _factors(e, True, out, elsewhere)
+    return out - elsewhere
 
 
 class _Expander:
@@ -97,8 +107,7 @@ class _Expander:
         return IndexVar(name)
 
     def plan(self) -> None:
-        factors: set[Access] = set()
-        _factors(self.assignment.rhs, True, factors)
+        factors = factor_accesses(self.assignment.rhs)
         lhs = self.assignment.lhs
         result_dense = self.formats[lhs.tensor].is_dense or not lhs.indices
         uses = list(dict.fromkeys(accesses(self.assignment.rhs)))
