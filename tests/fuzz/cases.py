@@ -1,11 +1,11 @@
 """Random cases for the differential fuzzer: generation, execution and the NumPy reference.
 
 A case is drawn from ``numpy.random.default_rng([seed, number])`` alone (and ``[seed,
-number, 1]`` for its intrinsics), so any case can be rebuilt from its two numbers. It is an
+number, 1]`` for its intrinsics, ``[seed, number, 2]`` for its divisions), so any case can be rebuilt from its two numbers. It is an
 index-notation assignment ``A(...) = ...`` over up to four operands ``B, C, D, E`` of order
 0-3 (sums, differences, products, negation, literals, implicit reductions, repeated and
-transposed operands; in float64/float32 and int64/int32 cases intrinsics too: see
-FLOAT_CALLS), with random operand and
+transposed operands; in float64/float32 and int64/int32 cases intrinsics and true division
+too: see FLOAT_CALLS and _with_division), with random operand and
 result formats, value types, shapes (dimensions 0-5), densities and sometimes NaN/±inf,
 run through one front end:
 
@@ -35,6 +35,7 @@ and where a sum is placed changes ``inf`` into ``nan`` (``sum_k(x_k) * y`` again
 """
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Union
@@ -84,7 +85,7 @@ class Neg:
 
 @dataclass(frozen=True)
 class Bin:
-    op: str  # "+", "-" or "*"
+    op: str  # "+", "-", "*" or "/"
     a: Node
     b: Node
 
@@ -119,6 +120,7 @@ def _python_folded(e: Node) -> Node:
     if isinstance(e, Bin):
         a, b = _python_folded(e.a), _python_folded(e.b)
         if isinstance(a, Lit) and isinstance(b, Lit):
+            # (a divisor always reads an operand: _with_division)
             return Lit({"+": a.value + b.value, "-": a.value - b.value, "*": a.value * b.value}[e.op])
         return Bin(e.op, a, b)
     if isinstance(e, Call):  # calls hold an access (_with_calls): nothing for Python to fold
@@ -331,6 +333,20 @@ def _with_calls(rng: np.random.Generator, e: Node, calls: tuple[tuple, tuple, tu
     return Call(str(rng.choice(unary)), (e,))
 
 
+def _with_division(rng: np.random.Generator, e: Node) -> Node:
+    """``e`` with some products whose right factor reads an operand made quotients (never
+    a division by literals alone, which Python would fold in the DSL and could divide by 0)."""
+    if isinstance(e, Neg):
+        return Neg(_with_division(rng, e.x))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(_with_division(rng, x) for x in e.args))
+    if isinstance(e, Bin):
+        a, b = _with_division(rng, e.a), _with_division(rng, e.b)
+        divide = e.op == "*" and accesses(b) and rng.random() < 0.4
+        return Bin("/" if divide else e.op, a, b)
+    return e
+
+
 def _has_calls(e: Node) -> bool:
     if isinstance(e, Call):
         return True
@@ -338,6 +354,16 @@ def _has_calls(e: Node) -> bool:
         return _has_calls(e.x)
     if isinstance(e, Bin):
         return _has_calls(e.a) or _has_calls(e.b)
+    return False
+
+
+def _has_division(e: Node) -> bool:
+    if isinstance(e, Call):
+        return any(_has_division(x) for x in e.args)
+    if isinstance(e, Neg):
+        return _has_division(e.x)
+    if isinstance(e, Bin):
+        return e.op == "/" or _has_division(e.a) or _has_division(e.b)
     return False
 
 
@@ -380,6 +406,9 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
         if calls.random() < 0.5:
             rhs = _with_calls(calls, rhs, FLOAT_CALLS if "float64" in kinds or "float32" in kinds
                               else INTEGER_CALLS)
+        quotients = np.random.default_rng([seed, number, 2])  # another stream: as above
+        if quotients.random() < 0.3:
+            rhs = _with_division(quotients, rhs)
     transposed = {v for a in accesses(rhs) if a.idx != tensors[a.name] for v in a.idx}
     for v in transposed:  # a transposed access ties the extents of its modes
         dims[v] = dims[min(transposed)]
@@ -523,7 +552,9 @@ def run_case(case: Case) -> Outcome:
     ns: dict[str, object] = {"np": np, "scipy": scipy, "coiter": coiter}
     ns.update({f"{n}_data": op.data for n, op in case.operands.items()})
     try:
-        exec("\n".join(program(case)), ns)
+        with warnings.catch_warnings():  # slower plans (densified operands) are drawn on purpose
+            warnings.simplefilter("ignore", coiter.PerformanceWarning)
+            exec("\n".join(program(case)), ns)
         got = [_observe(t) for t in ns["results"]]  # type: ignore[attr-defined]
         pattern = _observe(ns["pattern"]) if "pattern" in ns else None
     except coiter.CoiterError as e:
@@ -544,9 +575,12 @@ def run_case(case: Case) -> Outcome:
 
 def result_dtype(case: Case) -> np.dtype:
     """NumPy's type for the whole expression, widened as coiter documents when it has no
-    kernels for it."""
+    kernels for it. (Divisions are drawn into float64/float32 and int64/int32 cases only,
+    where a quotient of integers, float64, makes the whole expression float64.)"""
     lits = [x.value for x in leaves(case.rhs) if isinstance(x, Lit)]
     rt = np.result_type(*(op.data.dtype for op in case.operands.values()), *lits)
+    if _has_division(case.rhs) and rt.kind in "iu":
+        rt = np.dtype(np.float64)
     if rt not in SUPPORTED:
         rt = np.dtype(np.complex128 if rt.kind == "c" else np.float64)
     return rt
@@ -583,6 +617,8 @@ def reference(case: Case) -> np.ndarray:
             labels, uses = la + "".join(v for v in lb if v not in la), ua + ub
             if e.op == "*":
                 x = np.einsum(f"{la},{lb}->{labels}", a, b)
+            elif e.op == "/":
+                x = spread(a, la, labels) / spread(b, lb, labels)
             else:
                 x = spread(a, la, labels) + (1 if e.op == "+" else -1) * spread(b, lb, labels)
         if inside_call:  # an implicit sum never enters a function (docs/language.md)
@@ -651,12 +687,15 @@ def check(case: Case, got: list[Observed], pattern: Observed | None) -> str:
     # float16 sums round once per term in NumPy and once per kernel store: a few units in
     # the last place of a 10-bit mantissa; float32 functions amplify rounding where they are
     # ill-conditioned (pow(x, -2) of a cos near its zero: 4.4066e7, float64's 4.4034e7)
-    loose_calls = loose and _has_calls(case.rhs)
+    # (and quotients by small denominators)
+    fragile = _has_calls(case.rhs) or _has_division(case.rhs)
+    loose_calls = loose and fragile
     tol = ((0.0, 0.0) if exact else (1e-2, 1e-2) if half or loose_calls else (1e-4, 1e-3) if loose
            else (1e-9, 1e-9))
     # entries NumPy computes non-finite: the lattices' algebra (x * 0 = 0 for every x) gives
-    # numbers there where an absent zero meets inf or NaN, from the data or a function
-    unchecked = (~np.isfinite(want) if case.nonfinite or _has_calls(case.rhs)
+    # numbers there where an absent zero meets inf or NaN, from the data, a function or a
+    # division by an absent zero (docs/language.md, "Division")
+    unchecked = (~np.isfinite(want) if case.nonfinite or fragile
                  else np.zeros(want.shape, dtype=bool))
     want = np.where(unchecked, 0, want)
     for k, (shape, dtype, f, arr) in enumerate(got):
