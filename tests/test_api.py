@@ -117,3 +117,26 @@ def test_the_kernel_table_is_bounded(monkeypatch) -> None:
         y[i] = x[i] * n
         np.testing.assert_array_equal(y.to_numpy(), np.arange(5.0) * n)
     assert len(coiter.api._kernels) == 4
+
+
+def test_a_kernel_densifying_a_sparse_operand_says_so_once() -> None:
+    # compile without formats makes A dense: each call with a sparse A converted it silently
+    # (300 us for a 10 x 10 CSR matrix, a MemoryError for a large one)
+    import warnings
+
+    a = sp.random_array((10, 8), density=0.3, format="csr", rng=np.random.default_rng(1))
+    x = np.arange(8.0)
+    k = coiter.compile("y(i) = A(i,j) * x(j)")
+    with pytest.warns(coiter.PerformanceWarning, match=r"operand A is sparse \(format ds\).*dense A \(dd\)"):
+        first = k(A=a, x=x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", coiter.PerformanceWarning)
+        again = k(A=coiter.Tensor.from_scipy(a), x=x)  # said once per kernel and operand
+        np.testing.assert_allclose(k(A=a.toarray(), x=x).to_numpy(), a @ x)  # dense: nothing to say
+        csr = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": coiter.csr})
+        np.testing.assert_allclose(csr(A=a, x=x).to_numpy(), a @ x)
+    for out in (first, again):
+        np.testing.assert_allclose(out.to_numpy(), a @ x)
+    with pytest.warns(coiter.PerformanceWarning, match="operand x is sparse"):
+        out = k(A=a.toarray(), x=coiter.Tensor.from_numpy(x, format="sparse_vector"))
+    np.testing.assert_allclose(out.to_numpy(), a @ x)

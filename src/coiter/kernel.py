@@ -9,15 +9,19 @@ plan of the variant it used serves the next call.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping
 
 import scipy.sparse as sp
 
 from . import pictures
 from .concrete.stmt import ConcreteProgram
-from .errors import ArgumentError, ShapeError
+from .errors import ArgumentError, PerformanceWarning, ShapeError
+from .formats.format import Format
 from .formats.slicing import gather_storage
 from .formats.storage import Storage
+from .interop.pydata import is_pydata
+from .interop.torch_interop import is_torch
 from .notation.index_sets import Gather
 from .operands import as_tensor
 from .pictures import Dot
@@ -39,6 +43,7 @@ class Kernel:
         self.gathers: dict[str, Gather] = dict(gathers or {})
         self._plan: Any = None  # C call plan of the variant that ran last
         self._plans: dict[int, Bound | None] = {}  # per variant (id), None where there is none
+        self._densified: set[str] = set()  # operands a call densified (warned once each)
 
     def with_gathers(self, gathers: Mapping[str, Gather]) -> Kernel:
         """This kernel's loops reading operands gathered through other index sets (the
@@ -169,7 +174,10 @@ class Kernel:
         storages: dict[str, Storage] = {}
         for name in core.inputs:
             fmt = core.formats.get(name)
-            t = as_tensor(operands[core.keyword(name)], fmt, name=name)
+            given = operands[core.keyword(name)]
+            if fmt is not None and fmt.is_dense and name not in self._densified and _is_sparse(given):
+                self._warn_densified(name, fmt, given)
+            t = as_tensor(given, fmt, name=name)
             if t.order != core.orders[name]:
                 raise ShapeError(f"operand {name} has order {t.order}, "
                                  f"the expression uses {core.orders[name]}")
@@ -189,6 +197,16 @@ class Kernel:
                 remember_extents(bound, core, {n: s.shape for n, s in storages.items()},
                                  storage.shape if result_shape is not None else None)
         return Tensor._wrap(storage, name=core.result)
+
+    def _warn_densified(self, name: str, fmt: Format, given: Any) -> None:
+        """Say (once per operand) that calls densify the sparse operand ``given``: the kernel
+        was compiled for a dense one, compile's default for tensors ``formats`` does not name."""
+        self._densified.add(name)
+        own = as_tensor(given, name=name).format
+        warnings.warn(f"operand {name} is sparse (format {own}), but this kernel was compiled for "
+                      f"a dense {name} ({fmt}), so every call converts it to a dense array first; "
+                      f"name {name}'s format in coiter.compile's formats, or use coiter.evaluate, "
+                      "which compiles for the operands' own formats", PerformanceWarning, stacklevel=4)
 
     def _bound(self, var: Variant) -> Bound | None:
         """The C call plan of ``var`` (built once; None when it has none)."""
@@ -215,3 +233,10 @@ class Kernel:
 def _scipy_as_tensors(operands: dict[str, Any]) -> dict[str, Any]:
     """``operands`` with SciPy matrices wrapped as Tensors (sharing their arrays)."""
     return {n: Tensor.from_scipy(v, name=n) if sp.issparse(v) else v for n, v in operands.items()}
+
+
+def _is_sparse(obj: Any) -> bool:
+    """Whether ``obj`` is a sparse tensor of coiter, SciPy, pydata/sparse or torch."""
+    if isinstance(obj, Tensor):
+        return not obj.format.is_dense
+    return bool(sp.issparse(obj) or is_pydata(obj) or (is_torch(obj) and str(obj.layout) != "torch.strided"))
