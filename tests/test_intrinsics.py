@@ -140,6 +140,31 @@ def test_integer_powers_with_negative_exponents_truncate() -> None:
 
 
 @pytest.mark.parametrize("fmt", ["s", "d"])
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+def test_complex_powers_follow_numpy(fmt: str, dtype: str) -> None:
+    # fuzz seed 33 case 5354: C's cpow gives NaN for 0 ** 0 (NumPy: 1) and 1.2e-16+2j for
+    # (1+1j) ** 2; NumPy multiplies for integer exponents below 100
+    v = np.array([0, 1 + 1j, -2 + 0.5j, 0, 3j, -1.5 - 2j], dtype=dtype)
+    v_t = coiter.Tensor.from_numpy(v, format=fmt)
+    exact = dtype == "complex128"
+    for n in (0, 1, 2, 3, 5, -1, -2, 0.5, 2.5, 1j):
+        got = coiter.evaluate(f"a(i) = pow(v(i), {n})", v=v_t).to_numpy()
+        with np.errstate(all="ignore"):
+            want = np.power(v, np.asarray(n, dtype=dtype))
+        assert got.dtype == want.dtype
+        if isinstance(n, int) and exact:  # the same multiplications as NumPy's
+            np.testing.assert_array_equal(got, want, err_msg=f"exponent {n}")
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == "complex64" else 1e-12,
+                                       equal_nan=True, err_msg=f"exponent {n}")
+    w = coiter.Tensor.from_numpy(np.array([2, 0, -1, 0.5, 0, 3], dtype=dtype), format=fmt)
+    got = coiter.evaluate("a(i) = pow(v(i), w(i))", v=v_t, w=w).to_numpy()
+    with np.errstate(all="ignore"):
+        want = np.power(v, w.to_numpy())
+    np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("fmt", ["s", "d"])
 @pytest.mark.parametrize("text,ref", [
     ("pow(v(i), -2)", lambda v, w: v ** -2.0),
     ("pow(abs(v(i)), -2)", lambda v, w: abs(v) ** -2.0),

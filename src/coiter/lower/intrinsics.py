@@ -4,7 +4,9 @@ C99's ``<math.h>`` and ``<complex.h>`` compute most of them (``sqrtf`` in float)
 are inline expressions with NumPy's meaning: comparisons and logical operators give bools, ``max``/``min`` propagate NaN as
 ``np.maximum``/``np.minimum`` do, ``abs``/``max``/``min``/``square``/``pow`` of integers stay
 integers (``pow`` by repeated squaring, wrapping on overflow; a negative exponent gives the
-truncated quotient, 0 unless the base is 1 or -1, where NumPy raises), and ``ceil``,
+truncated quotient, 0 unless the base is 1 or -1, where NumPy raises), ``pow`` of complex
+values by NumPy's rules (an integer exponent below 100 by multiplications: ``0 ** 0`` is 1,
+``(1+1j) ** 2`` exactly ``2j``, where C's ``cpow`` gives NaN and ``1.2e-16+2j``), and ``ceil``,
 ``floor`` and ``trunc`` of integers are the integers themselves, as ``conj`` of real values
 is. Casts (``int32(x)``...) convert as ``astype`` does.
 """
@@ -24,6 +26,33 @@ static inline int64_t coiter_ipow(int64_t base, int64_t exponent) {
   for (; exponent; exponent >>= 1, b *= b) if (exponent & 1) result *= b;
   return (int64_t)result;
 }
+"""
+
+
+# NumPy's npy_cpow: a zero exponent gives 1 and a zero base 0 or NaN before anything else,
+# an integer exponent of magnitude below 100 multiplies (by squaring; a negative one divides
+# 1 by the power), others go to C's cpow
+COMPLEX_POW = """/* base ** exponent for complex values (NumPy's power) */
+#define COITER_CPOW(name, T, real_t, creal_, cimag_, cpow_) \\
+static inline T name(T a, T b) { \\
+  real_t br = creal_(b), bi = cimag_(b); \\
+  if (br == 0 && bi == 0) return 1; \\
+  if (a == 0) return br > 0 && bi == 0 ? (T)0 : (T)NAN + (T)NAN * I; \\
+  if (bi == 0 && br > -100 && br < 100 && br == (real_t)(int64_t)br) { \\
+    int64_t n = (int64_t)br, m = n < 0 ? -n : n; \\
+    T r = 1, p = a; \\
+    for (;;) { \\
+      if (m & 1) r *= p; \\
+      m >>= 1; \\
+      if (!m) break; \\
+      p *= p; \\
+    } \\
+    return n < 0 ? 1 / r : r; \\
+  } \\
+  return cpow_(a, b); \\
+}
+COITER_CPOW(coiter_cpow, double complex, double, creal, cimag, cpow)
+COITER_CPOW(coiter_cpowf, float complex, float, crealf, cimagf, cpowf)
 """
 
 
@@ -105,6 +134,9 @@ def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str
             return Call("coiter_ipow", tuple(args))
         raise AssertionError(f"NumPy has no integer loop of {fn}")
     single = np.dtype(dtype) in (np.float32, np.complex64)  # C99's f-suffixed functions
+    if kind == "c" and fn == "pow":
+        support.setdefault(COMPLEX_POW, None)
+        return Call("coiter_cpowf" if single else "coiter_cpow", tuple(args))
     if kind == "c":
         if f.complex_c is None:
             raise DTypeError(f"{fn} of complex values is not supported")
