@@ -110,6 +110,21 @@ Node = Union[Acc, Lit, Neg, Bin, Call]
 FLOAT_CALLS = (("abs", "sqrt", "exp", "sin", "cos", "square", "tanh", "cbrt", "trunc"),
                ("max", "min", "hypot"), (2, 3, 0.5, -1, -2, 0))
 INTEGER_CALLS = (("abs", "square"), ("max", "min"), (2, 3, 0))
+# Complex cases (complex128/complex64): the functions that keep complex values complex (abs,
+# real and imag would make the result real) and have no binary complex counterpart here.
+COMPLEX_CALLS = (("sqrt", "exp", "sin", "cos", "square", "tanh", "conj"), (), (2, 3, -1, -2, 0))
+
+
+def _calls_for(kinds: set[str], rhs: Node) -> tuple[tuple, tuple, tuple] | None:
+    """The intrinsics drawn into a case whose operands have value types ``kinds`` (None:
+    none, nor divisions: other mixes promote in ways the reference does not model)."""
+    if kinds <= {"complex128", "complex64"}:
+        return COMPLEX_CALLS
+    if any(isinstance(x, Lit) and isinstance(x.value, complex) for x in leaves(rhs)):
+        return None
+    if kinds <= {"float64", "float32"}:
+        return FLOAT_CALLS
+    return INTEGER_CALLS if kinds <= {"int64", "int32"} else None
 
 
 def _python_folded(e: Node) -> Node:
@@ -324,7 +339,7 @@ def _with_calls(rng: np.random.Generator, e: Node, calls: tuple[tuple, tuple, tu
         e = Neg(_with_calls(rng, e.x, calls))
     elif isinstance(e, Bin):
         a, b = _with_calls(rng, e.a, calls), _with_calls(rng, e.b, calls)
-        call = accesses(e) and rng.random() < 0.2  # a call of literals only would be typed
+        call = binary and accesses(e) and rng.random() < 0.2  # a call of literals only would be typed
         e = Call(str(rng.choice(binary)), (a, b)) if call else Bin(e.op, a, b)
     if not accesses(e) or rng.random() >= 0.3:
         return e
@@ -400,12 +415,11 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
     if all(dtypes[n] == "bool" for n in used) and not any(isinstance(x, Lit) for x in leaves(rhs)):
         rhs = _without_minus(rhs)  # a bool result: NumPy has no bool subtraction or negation
     kinds = {dtypes[n] for n in used}
-    if front != "einsum" and (kinds <= {"float64", "float32"} or kinds <= {"int64", "int32"}) \
-            and not any(isinstance(x, Lit) and isinstance(x.value, complex) for x in leaves(rhs)):
+    table = _calls_for(kinds, rhs)
+    if front != "einsum" and table is not None:
         calls = np.random.default_rng([seed, number, 1])  # its own stream: see FLOAT_CALLS
         if calls.random() < 0.5:
-            rhs = _with_calls(calls, rhs, FLOAT_CALLS if "float64" in kinds or "float32" in kinds
-                              else INTEGER_CALLS)
+            rhs = _with_calls(calls, rhs, table)
         quotients = np.random.default_rng([seed, number, 2])  # another stream: as above
         if quotients.random() < 0.3:
             rhs = _with_division(quotients, rhs)
@@ -586,9 +600,13 @@ def result_dtype(case: Case) -> np.dtype:
     return rt
 
 
-def reference(case: Case) -> np.ndarray:
+def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
     """The expected result, computed in int64/float64/complex128 (bool for bool results;
-    integers wrap as the result type's when converted at the end)."""
+    integers wrap as the result type's when converted at the end). Products go through
+    ``numpy.einsum``, which adds them to a zeroed result, so ``-0.3 * 0.0`` is +0 as in
+    coiter's lattices (``x * 0`` is +0); ``signed_zeros`` multiplies element-wise instead
+    (-0.0: ``1 / (abs(x) * trunc(x))`` is -inf for x = -0.3, as NumPy and coiter compute it
+    on stored values)."""
     rt = result_dtype(case)
     wide = {"b": np.int64, "i": np.int64, "u": np.int64, "f": np.float64, "c": np.complex128}[rt.kind]
     total = Counter(v for a in accesses(case.rhs) for v in a.idx)
@@ -615,7 +633,9 @@ def reference(case: Case) -> np.ndarray:
             a, la, ua = ev(e.a, inside_call)
             b, lb, ub = ev(e.b, inside_call)
             labels, uses = la + "".join(v for v in lb if v not in la), ua + ub
-            if e.op == "*":
+            if e.op == "*" and signed_zeros:
+                x = spread(a, la, labels) * spread(b, lb, labels)
+            elif e.op == "*":
                 x = np.einsum(f"{la},{lb}->{labels}", a, b)
             elif e.op == "/":
                 x = spread(a, la, labels) / spread(b, lb, labels)
@@ -686,8 +706,8 @@ def check(case: Case, got: list[Observed], pattern: Observed | None) -> str:
     loose = any(op.data.dtype in (np.float32, np.complex64) for op in case.operands.values())
     # float16 sums round once per term in NumPy and once per kernel store: a few units in
     # the last place of a 10-bit mantissa; float32 functions amplify rounding where they are
-    # ill-conditioned (pow(x, -2) of a cos near its zero: 4.4066e7, float64's 4.4034e7)
-    # (and quotients by small denominators)
+    # ill-conditioned (pow(x, -2) of a cos near its zero: 4.4066e7, float64's 4.4034e7), as
+    # quotients by small denominators do
     fragile = _has_calls(case.rhs) or _has_division(case.rhs)
     loose_calls = loose and fragile
     tol = ((0.0, 0.0) if exact else (1e-2, 1e-2) if half or loose_calls else (1e-4, 1e-3) if loose
@@ -697,6 +717,9 @@ def check(case: Case, got: list[Observed], pattern: Observed | None) -> str:
     # division by an absent zero (docs/language.md, "Division")
     unchecked = (~np.isfinite(want) if case.nonfinite or fragile
                  else np.zeros(want.shape, dtype=bool))
+    if fragile:  # and entries that a zero's sign decides (a function of +-inf, min/max)
+        unchecked |= ~np.isclose(want, reference(case, signed_zeros=True), rtol=tol[0], atol=tol[1],
+                                 equal_nan=True)
     want = np.where(unchecked, 0, want)
     for k, (shape, dtype, f, arr) in enumerate(got):
         if (shape, dtype) != (want.shape, rt) or not same_format(case, f, fmt):
