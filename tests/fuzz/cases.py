@@ -1,11 +1,13 @@
 """Random cases for the differential fuzzer: generation, execution and the NumPy reference.
 
 A case is drawn from ``numpy.random.default_rng([seed, number])`` alone (and ``[seed,
-number, 1]`` for its intrinsics, ``[seed, number, 2]`` for its divisions), so any case can be rebuilt from its two numbers. It is an
+number, 1]`` for its intrinsics, ``[seed, number, 2]`` for its divisions, ``[seed, number,
+3]`` for its explicit reductions), so any case can be rebuilt from its two numbers. It is an
 index-notation assignment ``A(...) = ...`` over up to four operands ``B, C, D, E`` of order
 0-3 (sums, differences, products, negation, literals, implicit reductions, repeated and
-transposed operands; in float64/float32 and int64/int32 cases intrinsics and true division
-too: see FLOAT_CALLS and _with_division), with random operand and
+transposed operands; in float64/float32, int64/int32 and complex cases intrinsics, true
+division and explicit reductions too: see FLOAT_CALLS, _with_division and _with_reduction),
+with random operand and
 result formats, value types, shapes (dimensions 0-5), densities and sometimes NaN/±inf,
 run through one front end:
 
@@ -98,7 +100,16 @@ class Call:
     args: tuple[Node, ...]
 
 
-Node = Union[Acc, Lit, Neg, Bin, Call]
+@dataclass(frozen=True)
+class Red:
+    """``op(var, body)``: an explicit reduction (coiter.notation.reducers) over ``var``."""
+
+    op: str
+    var: str
+    body: Node
+
+
+Node = Union[Acc, Lit, Neg, Bin, Call, Red]
 
 # Intrinsics drawn into float and integer cases (a separate random stream wraps parts of
 # the tree, so the other cases stay as they were). Float cases: functions whose values on
@@ -110,9 +121,11 @@ Node = Union[Acc, Lit, Neg, Bin, Call]
 FLOAT_CALLS = (("abs", "sqrt", "exp", "sin", "cos", "square", "tanh", "cbrt", "trunc"),
                ("max", "min", "hypot"), (2, 3, 0.5, -1, -2, 0))
 INTEGER_CALLS = (("abs", "square"), ("max", "min"), (2, 3, 0))
-# Complex cases (complex128/complex64): the functions that keep complex values complex (abs,
-# real and imag would make the result real) and have no binary complex counterpart here.
-COMPLEX_CALLS = (("sqrt", "exp", "sin", "cos", "square", "tanh", "conj"), (), (2, 3, -1, -2, 0))
+# Complex cases (complex128/complex64): functions that keep complex values complex (abs,
+# real and imag would make the result real) and are continuous where coiter's zeros may
+# carry another sign than NumPy's (x * 0 is +0): sqrt's branch cut along the negative reals
+# turns -1+0j and -1-0j into 1j and -1j (seed 34 case 8122).
+COMPLEX_CALLS = (("exp", "sin", "cos", "square", "tanh", "conj"), (), (2, 3, -1, -2, 0))
 
 
 def _calls_for(kinds: set[str], rhs: Node) -> tuple[tuple, tuple, tuple] | None:
@@ -140,18 +153,43 @@ def _python_folded(e: Node) -> Node:
         return Bin(e.op, a, b)
     if isinstance(e, Call):  # calls hold an access (_with_calls): nothing for Python to fold
         return Call(e.fn, tuple(_python_folded(x) for x in e.args))
+    if isinstance(e, Red):
+        return Red(e.op, e.var, _python_folded(e.body))
     return e
+
+
+def _children(e: Node) -> list[Node]:
+    if isinstance(e, Neg):
+        return [e.x]
+    if isinstance(e, Bin):
+        return [e.a, e.b]
+    if isinstance(e, Call):
+        return list(e.args)
+    if isinstance(e, Red):
+        return [e.body]
+    return []
+
+
+def _rebuilt(e: Node, kids: list[Node]) -> Node:
+    if isinstance(e, Neg):
+        return Neg(kids[0])
+    if isinstance(e, Bin):
+        return Bin(e.op, kids[0], kids[1])
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(kids))
+    if isinstance(e, Red):
+        return Red(e.op, e.var, kids[0])
+    return e
+
+
+def walk(e: Node) -> list[Node]:
+    """``e``'s nodes, each before its children (so leaves come left to right)."""
+    return [e] + [n for c in _children(e) for n in walk(c)]
 
 
 def leaves(e: Node) -> list[Node]:
     """Accesses and literals, left to right."""
-    if isinstance(e, Neg):
-        return leaves(e.x)
-    if isinstance(e, Bin):
-        return leaves(e.a) + leaves(e.b)
-    if isinstance(e, Call):
-        return [x for arg in e.args for x in leaves(arg)]
-    return [e]
+    return [n for n in walk(e) if isinstance(n, (Acc, Lit))]
 
 
 def accesses(e: Node) -> list[Acc]:
@@ -168,6 +206,8 @@ def text(e: Node, terse: bool) -> str:
         return f"-({text(e.x, terse)})"
     if isinstance(e, Call):  # max(B, ...) of a terse order-0 B would be a reduction over B
         return f"{e.fn}({', '.join(text(x, False) for x in e.args)})"
+    if isinstance(e, Red):
+        return f"{e.op}({e.var}, {text(e.body, False)})"
     return f"({text(e.a, terse)} {e.op} {text(e.b, terse)})"
 
 
@@ -186,6 +226,8 @@ def dsl(e: Node) -> str:
         return f"-({dsl(e.x)})"
     if isinstance(e, Call):  # NumPy's ufuncs on DSL expressions build the intrinsic
         return f"np.{FUNCTIONS[e.fn].ufunc.__name__}({', '.join(dsl(x) for x in e.args)})"
+    if isinstance(e, Red):
+        return f"coiter.reduce({e.op!r}, {e.var}, {dsl(e.body)})"
     return f"({dsl(e.a)} {e.op} {dsl(e.b)})"
 
 
@@ -362,24 +404,53 @@ def _with_division(rng: np.random.Generator, e: Node) -> Node:
     return e
 
 
+# Explicit reductions drawn (coiter.notation.reducers), by case kind: max and min have no
+# complex meaning; any/all (bool results) are left to tests/test_reducers.py.
+REDUCTIONS = {"real": ("max", "min", "prod", "sum"), "complex": ("prod", "sum")}
+
+
+def _paths_using(e: Node, v: str, path: tuple[int, ...] = ()) -> list[tuple[int, ...]]:
+    """Paths (child numbers from the root) to the accesses of ``e`` that read ``v``."""
+    if isinstance(e, Acc):
+        return [path] if v in e.idx else []
+    return [p for k, c in enumerate(_children(e)) for p in _paths_using(c, v, path + (k,))]
+
+
+def _wrapped(e: Node, path: tuple[int, ...], wrap: Callable[[Node], Node]) -> Node:
+    if not path:
+        return wrap(e)
+    kids = _children(e)
+    kids[path[0]] = _wrapped(kids[path[0]], path[1:], wrap)
+    return _rebuilt(e, kids)
+
+
+def _with_reduction(rng: np.random.Generator, e: Node, lhs: str, dims: dict[str, int],
+                    ops: tuple[str, ...]) -> Node:
+    """``e`` with an explicit reduction over a variable the result does not have, around the
+    innermost sub-expression holding all its uses (where its implicit sum would be). Not over
+    an empty mode: NumPy's max of nothing is an error, coiter's the reduction's identity."""
+    free = sorted({v for a in accesses(e) for v in a.idx} - set(lhs))
+    free = [v for v in free if dims[v] > 0]
+    if not free:
+        return e
+    v = str(rng.choice(free))
+    paths = _paths_using(e, v)
+    common = paths[0]
+    for p in paths[1:]:
+        n = 0
+        while n < min(len(common), len(p)) and common[n] == p[n]:
+            n += 1
+        common = common[:n]
+    op = str(rng.choice(ops))
+    return _wrapped(e, common, lambda body: Red(op, v, body))
+
+
 def _has_calls(e: Node) -> bool:
-    if isinstance(e, Call):
-        return True
-    if isinstance(e, Neg):
-        return _has_calls(e.x)
-    if isinstance(e, Bin):
-        return _has_calls(e.a) or _has_calls(e.b)
-    return False
+    return any(isinstance(n, Call) for n in walk(e))
 
 
 def _has_division(e: Node) -> bool:
-    if isinstance(e, Call):
-        return any(_has_division(x) for x in e.args)
-    if isinstance(e, Neg):
-        return _has_division(e.x)
-    if isinstance(e, Bin):
-        return e.op == "/" or _has_division(e.a) or _has_division(e.b)
-    return False
+    return any(isinstance(n, Bin) and n.op == "/" for n in walk(e))
 
 
 def _without_minus(e: Node) -> Node:
@@ -428,6 +499,11 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
         dims[v] = dims[min(transposed)]
     letters = list(dict.fromkeys(v for a in accesses(rhs) for v in a.idx))
     lhs = "".join(rng.permutation(letters)[: rng.integers(0, min(3, len(letters)) + 1)]) if letters else ""
+    if front != "einsum" and table is not None:
+        reductions = np.random.default_rng([seed, number, 3])  # its own stream: see FLOAT_CALLS
+        if reductions.random() < 0.25:
+            rhs = _with_reduction(reductions, rhs, lhs, dims,
+                                  REDUCTIONS["complex" if table is COMPLEX_CALLS else "real"])
     nonfinite = rng.random() < 0.1
     invalid, expect = "", ()
     shapes = {n: [dims[v] for v in tensors[n]] for n in used}
@@ -616,22 +692,28 @@ def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
         x = x.reshape([case.dims[v] if v in labels else 1 for v in out])
         return np.broadcast_to(x, [case.dims[v] for v in out])
 
-    def ev(e: Node, inside_call: bool = False) -> tuple[np.ndarray, str, Counter[str]]:
+    def ev(e: Node, inside_call: bool = False, bound: str = "") -> tuple[np.ndarray, str, Counter[str]]:
+        """``e``'s values over its labels, and the uses of each variable in it. ``bound``:
+        variables of enclosing explicit reductions (never summed implicitly)."""
         if isinstance(e, Lit):
             return np.array(e.value, dtype=wide), "", Counter()
         if isinstance(e, Acc):
             x, labels, uses = case.operands[e.name].data.astype(wide), e.idx, Counter(e.idx)
         elif isinstance(e, Neg):
-            x, labels, uses = ev(e.x, inside_call)
+            x, labels, uses = ev(e.x, inside_call, bound)
             x = -x
+        elif isinstance(e, Red):
+            x, labels, uses = ev(e.body, inside_call, bound + e.var)
+            fold = {"max": np.max, "min": np.min, "prod": np.prod, "sum": np.sum}[e.op]
+            x, labels = fold(x, axis=labels.index(e.var)), labels.replace(e.var, "")
         elif isinstance(e, Call):
-            args = [ev(arg, True) for arg in e.args]
+            args = [ev(arg, True, bound) for arg in e.args]
             labels = "".join(dict.fromkeys(v for _, la, _ in args for v in la))
             uses = sum((u for _, _, u in args), Counter())
             x = FUNCTIONS[e.fn](*(spread(a, la, labels) for a, la, _ in args))
         else:
-            a, la, ua = ev(e.a, inside_call)
-            b, lb, ub = ev(e.b, inside_call)
+            a, la, ua = ev(e.a, inside_call, bound)
+            b, lb, ub = ev(e.b, inside_call, bound)
             labels, uses = la + "".join(v for v in lb if v not in la), ua + ub
             if e.op == "*" and signed_zeros:
                 x = spread(a, la, labels) * spread(b, lb, labels)
@@ -644,7 +726,7 @@ def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
         if inside_call:  # an implicit sum never enters a function (docs/language.md)
             return x, labels, uses
         # sum each variable not in the result where all its uses are inside e
-        keep = "".join(v for v in labels if v in case.lhs or uses[v] < total[v])
+        keep = "".join(v for v in labels if v in case.lhs or v in bound or uses[v] < total[v])
         return (np.einsum(f"{labels}->{keep}", x) if keep != labels else x), keep, uses
 
     with np.errstate(all="ignore"):
@@ -746,7 +828,7 @@ def _literal(a: np.ndarray) -> str:
         return f"np.zeros({a.shape}, dtype={a.dtype.name!r})"
     if a.dtype.kind == "c":
         pairs = np.stack([a.real, a.imag], -1).tolist()
-        return f"np.array({pairs!r}).view({a.dtype.name!r}).reshape({a.shape})"
+        return f"np.array({pairs!r}, dtype={a.real.dtype.name!r}).view({a.dtype.name!r}).reshape({a.shape})"
     return f"np.array({a.tolist()!r}, dtype={a.dtype.name!r})"
 
 
