@@ -45,6 +45,73 @@ def test_a_tensor_carries_its_fill_through_conversions() -> None:
     assert "fill_value=inf" in repr(t)
 
 
+PADDED = ["sd", "sd:1,0", "hd", "dsd", coiter.ell(), coiter.dia(), coiter.bcsr((2, 2)), coiter.csb((2, 3))]
+
+
+@pytest.mark.parametrize("fmt", PADDED)
+@pytest.mark.parametrize("fill", [-1.5, INF])
+def test_formats_that_pad_with_zeros_store_the_entries_of_another_fill(fmt, fill) -> None:
+    # fuzz seed 38 case 121: A(j,l) = D(l,j) into "sd" read 0 where D's fill -1.5 was due: a
+    # stored row's other columns, like ELL's, DIA's and blocks' padding and stored zeros,
+    # read as zeros; so did a tensor built or converted into those formats with that fill
+    rng = np.random.default_rng(21)
+    shape = (3, 4, 5) if fmt == "dsd" else (6, 7)
+    a = _sparse(rng, shape, fill)
+    a[rng.random(shape) < 0.15] = 0.0  # stored zeros, which a layout's padding looks like
+    nz = np.nonzero(a != fill)
+    plain = coiter.Tensor.from_numpy(a, format="coo", fill_value=fill)
+    built = [coiter.Tensor.from_numpy(a, format=fmt, fill_value=fill),
+             coiter.Tensor.from_coo(np.stack(nz), a[nz], shape, format=fmt, fill_value=fill),
+             plain.asformat(fmt)]
+    if len(shape) == 2:
+        ident = "A(i,j) = B(i,j)"
+        built += [coiter.evaluate(ident, B=plain, out_format=fmt),
+                  coiter.compile(ident, formats={"B": "csr", "A": fmt}, fill_values={"B": fill})(
+                      B=plain.asformat("csr"))]
+    for t in built:
+        np.testing.assert_array_equal(t.to_numpy(), a)
+        assert t.fill_value == 0  # every entry is stored instead
+    if len(shape) == 2:  # an operand in such a format, whatever fill the kernel states
+        k = coiter.compile("y(i) = B(i,j) * x(j)", formats={"B": fmt}, fill_values={"B": fill})
+        x = rng.random(shape[1])
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_allclose(k(B=plain, x=x).to_numpy(), a @ x)
+        t = coiter.evaluate("A(j,i) = B(i,j)", B=plain, out_format=fmt)
+        np.testing.assert_array_equal(t.to_numpy(), a.T)
+    if fmt == "sd":  # with_fill: a stored row's columns are entries, the other rows the fill
+        base = np.where(a == fill, 0, a)
+        want = np.where(base.any(axis=1)[:, None], base, fill)
+        refilled = coiter.Tensor.from_numpy(base, format="sd").with_fill(fill)
+        np.testing.assert_array_equal(refilled.to_numpy(), want)
+        assert refilled.fill_value == 0
+
+
+def test_an_interleaved_coo_keeps_its_stored_zeros_under_another_fill() -> None:
+    # fuzz seed 38 case 251: coo_aos unpacked its entries as a padded layout does, dropping
+    # the stored zeros, which then read as the fill (2)
+    a = np.array([[3.0, 0.0], [2.0, 5.0]])
+    t = coiter.Tensor.from_numpy(a, format="coo_aos", fill_value=2.0)
+    assert t.nnz == 3 and t.fill_value == 2.0
+    np.testing.assert_array_equal(t.to_numpy(), a)
+    np.testing.assert_array_equal(t.asformat("csr").to_numpy(), a)
+    np.testing.assert_array_equal(coiter.evaluate("y(i) = B(i,j)", B=t).to_numpy(), a.sum(axis=1))
+
+
+def test_a_result_whose_absent_value_is_nan_stores_every_entry() -> None:
+    # fuzz seed 38 case 206: a complex product of fills 1 and -inf is -inf+nanj where nothing
+    # is stored: no fill (NaN equals no entry), which raised ArgumentError
+    c = coiter.Tensor.from_numpy(np.array([1, 2 + 1j, 1], dtype=complex), format="s", fill_value=1)
+    e = coiter.Tensor.from_numpy(np.array([-INF, 3.0, 0.0]), format="s", fill_value=-INF)
+    got = coiter.evaluate("A(i) = C(i) * E(i)", C=c, E=e, out_format="s")
+    assert got.fill_value == 0
+    with np.errstate(invalid="ignore"):
+        want = c.to_numpy() * e.to_numpy()
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got.to_numpy()[finite], want[finite])
+    got = coiter.evaluate("A(i) = B(i) - D(i)", B=e, D=e, out_format="s")  # -inf - -inf
+    assert got.fill_value == 0 and got.to_numpy()[1] == 0
+
+
 def test_with_fill_and_prune() -> None:
     m = sp.csr_array(np.array([[0.0, 2.0], [7.0, 0.0]]))
     t = coiter.Tensor.from_scipy(m).with_fill(7.0)

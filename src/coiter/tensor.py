@@ -32,7 +32,7 @@ from .array_methods import ArrayMethods
 from .errors import ArgumentError, DensifyError, DTypeError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, bcsr, coo, csc, csr, csr_unordered, dia
 from .formats.levels import Compressed, Dense
-from .formats.storage import Storage, check_fill
+from .formats.storage import Storage, check_fill, fill_key
 from .formats.slicing import index_storage
 from .notation.affine import as_subscript
 from .notation.ast import (Access, Affine, Assignment, IndexSet, IndexVar, Subscript, Window, accesses,
@@ -116,6 +116,16 @@ def _dense_storage(arr: np.ndarray, fmt: Format) -> Storage:
     """Dense storage of ``arr``; a view of it when it is already laid out in storage order."""
     vals = np.ascontiguousarray(arr.transpose(fmt.ordering)).reshape(-1)
     return Storage(fmt, arr.shape, tuple({} for _ in arr.shape), vals)
+
+
+def _packed_over(coords: np.ndarray, vals: np.ndarray, shape: tuple[int, ...], fmt: Format,
+                 fill: Any) -> Storage:
+    """The entries ``vals`` at ``coords`` in ``fmt``, the others reading as ``fill``; in a
+    format that cannot hold a fill other than 0 (Format.pads) every entry is stored and the
+    fill is 0, as conversions and kernels do."""
+    if fmt.pads and fill_key(fill) != fill_key(0):
+        return convert(replace(_packed(coords, vals, shape, coo(len(shape))), fill=fill), fmt)
+    return replace(_packed(coords, vals, shape, fmt), fill=fill)
 
 
 def _packed(coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...], fmt: Format) -> Storage:
@@ -397,7 +407,7 @@ class Tensor(ArrayMethods):
         if fmt.is_dense:
             return cls._wrap(_dense_storage(arr, fmt), name)
         coords = np.stack(np.nonzero(arr != fill))
-        return cls._wrap(replace(_packed(coords, arr[tuple(coords)], arr.shape, fmt), fill=fill), name)
+        return cls._wrap(_packed_over(coords, arr[tuple(coords)], arr.shape, fmt, fill), name)
 
     @classmethod
     def from_scipy(cls, m: Any, format: FormatLike | None = None, name: str | None = None,
@@ -466,8 +476,7 @@ class Tensor(ArrayMethods):
                 raise ShapeError(f"mode-{mode} coordinate {bad} is out of range [0, {dim})")
         fmt = as_format(format, order, coo(order) if order else None)
         fill = check_fill(fill_value, vals.dtype)
-        return cls._wrap(replace(_packed(crd.astype(np.int64), vals, dims, fmt), fill=fill),
-                         _check_name(name))
+        return cls._wrap(_packed_over(crd.astype(np.int64), vals, dims, fmt, fill), _check_name(name))
 
     @classmethod
     def from_arrays(
@@ -630,9 +639,15 @@ class Tensor(ArrayMethods):
     def with_fill(self, fill_value: Any) -> Tensor:
         """This tensor's stored entries over another fill value (no copy): the entries it
         does not store now read as ``fill_value`` (a graph's adjacency matrix with absent
-        edges of infinite length)."""
+        edges of infinite length). In a format that cannot hold a fill other than 0
+        (``sd``, ELL, DIA, blocked: Format.pads) every entry is then stored instead, and the
+        fill stays 0."""
         s = self.storage
-        return Tensor._wrap(replace(s, fill=check_fill(fill_value, s.vals.dtype)), self._name)
+        fill = check_fill(fill_value, s.vals.dtype)
+        if s.format.pads and fill_key(fill) != fill_key(0):
+            coords, vals = s.to_coords()
+            return Tensor._wrap(_packed_over(coords, vals, s.shape, s.format, fill), self._name)
+        return Tensor._wrap(replace(s, fill=fill), self._name)
 
     # ------------------------------------------------------------------ conversions
 

@@ -72,6 +72,23 @@ class Format:
         return self.layout is None and all(isinstance(lv, Dense) for lv in self.levels)
 
     @functools.cached_property
+    def pads(self) -> bool:
+        """Whether it cannot leave out entries other than zeros, so that a tensor in it has
+        fill 0 (kernels, conversions and constructors store the entries of another fill):
+        its dense levels below sparse ones hold zeros where no entry was written (an ``sd``
+        row's other columns), or its layout's padding reads as absent entries, so that a
+        stored zero would too (ELL's empty slots, DIA's diagonals, a block's other entries)."""
+        if self.layout is not None and self.layout.reshapes:
+            return True
+        below_sparse = False
+        for lv in self.levels:
+            if not lv.full:
+                below_sparse = True
+            elif below_sparse:
+                return True
+        return False
+
+    @functools.cached_property
     def _hash(self) -> int:
         return hash((self.levels, self.ordering, self.layout))
 

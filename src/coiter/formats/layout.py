@@ -127,7 +127,8 @@ class Layout:
 
     def unpack(self, levels: Sequence, arrays: Sequence[dict[str, np.ndarray]], vals: np.ndarray,
                shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Nonzero entries as (order × n coordinates, values); padding is not returned."""
+        """Stored entries as (order × n coordinates, values): where levels differ from
+        modes, the nonzero ones (padding, stored as zeros, is not returned)."""
         dims = self.level_dims(shape, arrays)
         pos = np.zeros(1, dtype=np.int64)
         per_level: list[np.ndarray] = []
@@ -143,7 +144,9 @@ class Layout:
             else:
                 coords[c.mode] += per_level[k]
         v = vals[pos]
-        keep = v != 0
+        # (an interleaved COO pads nothing: its stored zeros are entries, which a fill other
+        # than 0 tells from absent ones)
+        keep = v != 0 if self.reshapes else np.ones(v.shape, dtype=bool)
         for m in range(self.order):
             keep &= coords[m] < shape[m]
         return coords[:, keep], v[keep]

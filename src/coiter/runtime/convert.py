@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..formats.format import Format, coo
-from ..formats.storage import Storage
+from ..formats.format import Format, coo, dense
+from ..formats.storage import Storage, fill_key
 from ..notation.ast import Access, Assignment, IndexVar
 from .kernel import StorageKernel
 
@@ -59,9 +59,13 @@ def _sorted_coo(storage: Storage, ordering: tuple[int, ...]) -> Storage:
 
 
 def convert(storage: Storage, fmt: Format) -> Storage:
-    """``storage`` re-stored in ``fmt`` (same shape, values, index width and fill value)."""
+    """``storage`` re-stored in ``fmt`` (same shape, values, index width and fill value;
+    where ``fmt`` cannot hold a fill other than 0, Format.pads, every entry is stored and
+    the fill becomes 0)."""
     if storage.format == fmt:
         return storage
+    if fmt.pads and fill_key(storage.fill) != fill_key(0):
+        return _convert(_convert(storage, dense(fmt.order)), fmt)
     return replace(_convert(storage, fmt), fill=storage.fill)
 
 

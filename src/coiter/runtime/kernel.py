@@ -293,13 +293,17 @@ class StorageKernel:
     def typed_fills(self, dtypes: Mapping[str, np.dtype]) -> dict[str, Any]:
         """Every tensor's fill value in its type (``dtypes``, the result's included): the
         operands' as given, a sparse result's the value the right-hand side takes where
-        no operand is stored (0 where that varies: every entry is then stored)."""
+        no operand is stored (0 where that varies: every entry is then stored; and in
+        formats that cannot hold another, Format.pads: ``sd`` rows stored for an entry read
+        their other columns as zeros). Operands in such formats have fill 0."""
         out = {name: check_fill(value, dtypes[name]) for name, value in self.fills.items()
-               if not self.formats[name].is_dense}
-        if out and not self.formats[self.result].is_dense:
+               if not self.formats[name].is_dense and not self.formats[name].pads}
+        result_format = self.formats[self.result]
+        if out and not result_format.is_dense:
             fill = expression_fill(self.plain.rhs, lambda a: not self.formats[a.tensor].is_dense,
                                    lambda a: np.asarray(out.get(a.tensor, 0), dtypes[a.tensor])[()])
-            if fill is not None:
+            # (NaN, as 0 * inf of complex values, is no fill: no entry would equal it)
+            if fill is not None and fill == fill and not (result_format.pads and fill_key(fill) != fill_key(0)):
                 out[self.result] = check_fill(fill, dtypes[self.result])
         return out
 
@@ -310,7 +314,7 @@ class StorageKernel:
             st = storages[name]
             if st.format.is_dense:
                 continue
-            want = check_fill(self.fills.get(name, 0), st.vals.dtype)
+            want = check_fill(0 if st.format.pads else self.fills.get(name, 0), st.vals.dtype)
             if fill_key(st.fill) != fill_key(want):
                 raise ArgumentError(
                     f"{name}'s absent entries are {st.fill!r}, the kernel was compiled for "
