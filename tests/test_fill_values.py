@@ -284,3 +284,15 @@ def test_fills_through_the_string_syntax_einsum_and_the_dsl(fa: float, fb: float
     np.testing.assert_allclose(y.to_numpy(), expected)
     if fa == fb:  # (0 * inf is no NaN to merge lattices, see test_kernels_over_fills_match_numpy)
         np.testing.assert_allclose(coiter.einsum("ij,j->i", A, b_t).to_numpy(), (a * b).sum(axis=1))
+
+
+def test_negated_unsigned_fills_wrap_without_numpy_warnings() -> None:
+    # fuzz seed 0 cases 200-249: the lattice negated a uint32 fill with NumPy, whose overflow
+    # RuntimeWarning reached the user at compile time; kernels wrap, as NumPy's arrays do
+    b = np.array([1, 2, 3, 2], dtype=np.uint32)
+    t = coiter.Tensor.from_numpy(b, format="s", fill_value=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = coiter.evaluate("a(i) = -b(i)", b=t, out_format="s")
+    np.testing.assert_array_equal(got.to_numpy(), -b)
+    assert got.fill_value == np.uint32(2**32 - 2)

@@ -138,7 +138,8 @@ def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[
         return [frozenset()], None
     if isinstance(e, Neg):
         points, fill = _build(e.operand, iter_of, fill_of)
-        return points, None if fill is None else -_number(fill)
+        with np.errstate(all="ignore"):  # unsigned fills wrap, as kernels' values do
+            return points, None if fill is None else -_number(fill)
     if isinstance(e, Reduction):
         points, fill = _build(e.body, iter_of, fill_of)
         return points, None if fill is None else reduced_fill(e.op, fill)
