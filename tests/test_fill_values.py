@@ -296,3 +296,14 @@ def test_negated_unsigned_fills_wrap_without_numpy_warnings() -> None:
         got = coiter.evaluate("a(i) = -b(i)", b=t, out_format="s")
     np.testing.assert_array_equal(got.to_numpy(), -b)
     assert got.fill_value == np.uint32(2**32 - 2)
+
+
+def test_a_bool_result_of_fills_that_add_up_is_true() -> None:
+    # fuzz seed 40 cases 4872, 5340: with fill True, B(k) + B(k) is 2 in the lattice (bools
+    # count as 0/1 there), which 'does not fit bool' as the result's fill; kernels compute
+    # the bool result as NumPy does (True + True is True)
+    b = np.array([True, False, True, True])
+    t = coiter.Tensor.from_numpy(b, format="s", fill_value=True)
+    got = coiter.evaluate("A(k) = (B(k) + B(k)) * (B(k) * B(k))", B=t, out_format="s")
+    assert got.fill_value is True or got.fill_value == np.True_
+    np.testing.assert_array_equal(got.to_numpy(), (b + b) * (b * b))

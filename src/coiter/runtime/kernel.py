@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import warnings
 import weakref
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
@@ -304,6 +305,11 @@ class StorageKernel:
                                    lambda a: np.asarray(out.get(a.tensor, 0), dtypes[a.tensor])[()])
             # (NaN, as 0 * inf of complex values, is no fill: no entry would equal it)
             if fill is not None and fill == fill and not (result_format.pads and fill_key(fill) != fill_key(0)):
+                # in the result's type as kernels compute it: bools' 1 + 1 is True, unsigned
+                # -2 wraps (the lattice computes bools as 0/1 and in promoted types)
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fill = np.asarray(fill).astype(dtypes[self.result])[()]
                 out[self.result] = check_fill(fill, dtypes[self.result])
         return out
 
