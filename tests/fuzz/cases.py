@@ -2,13 +2,16 @@
 
 A case is drawn from ``numpy.random.default_rng([seed, number])`` alone (and ``[seed,
 number, 1]`` for its intrinsics, ``[seed, number, 2]`` for its divisions, ``[seed, number,
-3]`` for its explicit reductions), so any case can be rebuilt from its two numbers. It is an
+3]`` for its explicit reductions, ``[seed, number, 4]`` for its operands' fill values,
+``[seed, number, 5]`` for its comparisons), so any case can be rebuilt from its two numbers. It is an
 index-notation assignment ``A(...) = ...`` over up to four operands ``B, C, D, E`` of order
 0-3 (sums, differences, products, negation, literals, implicit reductions, repeated and
 transposed operands; in float64/float32, int64/int32 and complex cases intrinsics, true
-division and explicit reductions too: see FLOAT_CALLS, _with_division and _with_reduction),
+division and explicit reductions too, and comparisons as masks in real ones: see
+FLOAT_CALLS, _with_division, _with_reduction and _with_masks),
 with random operand and
-result formats, value types, shapes (dimensions 0-5), densities and sometimes NaN/±inf,
+result formats, value types, shapes (dimensions 0-5), densities, sometimes NaN/±inf and
+sparse operands whose absent entries are not zeros (fill values: _with_fills),
 run through one front end:
 
 * ``evaluate``: ``coiter.evaluate(text, out_format=..., **operands)``, twice (the second
@@ -240,6 +243,7 @@ class Operand:
     fmt: str  # Python source of the format it is built in (as container uses it)
     container: str  # Python source building it from "{d}" (its array) and "{f}" (fmt)
     declared: str  # Python source of its format in compile()'s formats (compile, assemble)
+    fill: str = ""  # Python source of its fill value ("": none given, zero)
 
 
 @dataclass
@@ -404,6 +408,23 @@ def _with_division(rng: np.random.Generator, e: Node) -> Node:
     return e
 
 
+COMPARISONS = ("gt", "gte", "lt", "lte", "eq", "neq")
+MASK_LITERALS = {"float": (0.5, 0, -1.0), "int": (0, 1, -1)}
+
+
+def _with_masks(rng: np.random.Generator, e: Node, literals: tuple) -> Node:
+    """``e`` with the left factor ``x`` of some products made a comparison (a bool mask:
+    ``(x > 0.5) * y``) of ``x`` with a literal or with the right factor ``y``, which reads an
+    operand (the product then has ``y``'s type; a bool times a literal would be NumPy's
+    default type for it, which result_dtype does not model)."""
+    kids = [_with_masks(rng, c, literals) for c in _children(e)]
+    e = _rebuilt(e, kids)
+    if isinstance(e, Bin) and e.op == "*" and accesses(e.a) and accesses(e.b) and rng.random() < 0.5:
+        other = e.b if rng.random() < 0.3 else Lit(literals[rng.integers(len(literals))])
+        return Bin("*", Call(str(rng.choice(COMPARISONS)), (e.a, other)), e.b)
+    return e
+
+
 # Explicit reductions drawn (coiter.notation.reducers), by case kind: max and min have no
 # complex meaning; any/all (bool results) are left to tests/test_reducers.py.
 REDUCTIONS = {"real": ("max", "min", "prod", "sum"), "complex": ("prod", "sum")}
@@ -494,6 +515,9 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
         quotients = np.random.default_rng([seed, number, 2])  # another stream: as above
         if quotients.random() < 0.3:
             rhs = _with_division(quotients, rhs)
+        masks = np.random.default_rng([seed, number, 5])  # (comparisons of complex values: no)
+        if table is not COMPLEX_CALLS and masks.random() < 0.4:
+            rhs = _with_masks(masks, rhs, MASK_LITERALS["float" if table is FLOAT_CALLS else "int"])
     transposed = {v for a in accesses(rhs) if a.idx != tensors[a.name] for v in a.idx}
     for v in transposed:  # a transposed access ties the extents of its modes
         dims[v] = dims[min(transposed)]
@@ -557,9 +581,38 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
             any(isinstance(x, Lit) and x.value < 0 for x in literals):
         # NumPy's rule for a Python int against an unsigned array (NEP 50): out of bounds
         case.invalid, case.expect = "negative literal in an unsigned kernel", (coiter.DTypeError,)
+    if not case.invalid and front != "assemble":  # (assemble's pattern is checked for zeros)
+        _with_fills(np.random.default_rng([seed, number, 4]), case)  # its own stream
     if exclude_known_bugs:
         case.excluded = next((name for name, applies in KNOWN_BUGS.items() if applies(case)), "")
     return case
+
+
+# Fill values drawn for sparse operands, by value kind (Python sources)
+FILLS = {"f": ("np.inf", "-np.inf", "1.0", "-1.5"), "i": ("1", "-1", "2"), "u": ("1", "2"),
+         "b": ("True",), "c": ("1", "2j")}
+
+
+def _with_fills(rng: np.random.Generator, case: Case) -> None:
+    """Give some of ``case``'s sparse coiter operands a fill value: their absent entries
+    become it, a few other entries zeros (stored, as they differ from the fill). An infinite
+    fill counts as non-finite data (check() leaves NaN/inf entries of the reference out)."""
+    if rng.random() >= 0.25:
+        return
+    for name, op in case.operands.items():
+        fmt = as_format(eval(op.fmt, {"coiter": coiter}), op.data.ndim)
+        if not op.container.startswith("coiter") or not op.data.ndim or fmt.is_dense or rng.random() < 0.4:
+            continue
+        choices = FILLS[op.data.dtype.kind]
+        fill = str(choices[rng.integers(len(choices))])
+        data = op.data.copy()
+        data[data == 0] = eval(fill, {"np": np})
+        data[rng.random(data.shape) < 0.1] = 0
+        container = op.container.replace("format={f})", f"format={{f}}, fill_value={fill})")
+        # a format that cannot hold the fill (Format.pads) stores every entry, fill 0 (for
+        # compile's fill_values: the tensor's, what a user would read from t.fill_value)
+        case.operands[name] = Operand(data, op.fmt, container, op.declared, "" if fmt.pads else fill)
+        case.nonfinite |= "inf" in fill
 
 
 def assemblable(fmt: coiter.Format) -> bool:
@@ -593,7 +646,9 @@ def program(case: Case) -> list[str]:
     elif case.front in ("compile", "assemble"):
         formats = [f"{n!r}: {op.declared}" for n, op in case.operands.items()]
         formats += [f"'A': {case.out_fmt}"] if case.out_fmt != "None" else []
-        lines.append(f"kernel = coiter.compile({case.text!r}, formats={{{', '.join(formats)}}})")
+        fills = [f"{n!r}: {op.fill}" for n, op in case.operands.items() if op.fill]
+        given = f", fill_values={{{', '.join(fills)}}}" if fills else ""
+        lines.append(f"kernel = coiter.compile({case.text!r}, formats={{{', '.join(formats)}}}{given})")
         if case.front == "compile":
             lines.append(f"results = [kernel({kw}) for _ in range(2)]")
         else:
@@ -663,17 +718,39 @@ def run_case(case: Case) -> Outcome:
 # ----------------------------------------------------------------------------- reference
 
 
-def result_dtype(case: Case) -> np.dtype:
-    """NumPy's type for the whole expression, widened as coiter documents when it has no
-    kernels for it. (Divisions are drawn into float64/float32 and int64/int32 cases only,
-    where a quotient of integers, float64, makes the whole expression float64.)"""
-    lits = [x.value for x in leaves(case.rhs) if isinstance(x, Lit)]
-    rt = np.result_type(*(op.data.dtype for op in case.operands.values()), *lits)
-    if _has_division(case.rhs) and rt.kind in "iu":
+# the type the reference computes each kind of values in
+WIDE = {"b": np.int64, "i": np.int64, "u": np.int64, "f": np.float64, "c": np.complex128}
+
+
+def _typed_nodes(e: Node) -> list[Node]:
+    """The nodes whose types the expression's type comes from: not those inside a
+    comparison (a bool, whatever it compares)."""
+    if isinstance(e, Call) and e.fn in COMPARISONS:
+        return []
+    return [e] + [x for c in _children(e) for x in _typed_nodes(c)]
+
+
+def _expression_type(e: Node, case: Case) -> np.dtype:
+    """NumPy's type for ``e`` (a comparison: for its arguments), widened as coiter documents
+    where it has no kernels for it. (Divisions are drawn into float64/float32 and
+    int64/int32 cases only, where a quotient of integers, float64, makes the whole
+    expression float64.)"""
+    typed = [n for c in (_children(e) if isinstance(e, Call) and e.fn in COMPARISONS else [e])
+             for n in _typed_nodes(c)]
+    lits = [x.value for x in typed if isinstance(x, Lit)]
+    names = {x.name for x in typed if isinstance(x, Acc)}
+    rt = np.result_type(*(op.data.dtype for n, op in case.operands.items() if n in names), *lits)
+    if any(isinstance(x, Bin) and x.op == "/" for x in typed) and rt.kind in "iu":
         rt = np.dtype(np.float64)
     if rt not in SUPPORTED:
         rt = np.dtype(np.complex128 if rt.kind == "c" else np.float64)
     return rt
+
+
+def result_dtype(case: Case) -> np.dtype:
+    """NumPy's type for the whole expression, widened as coiter documents when it has no
+    kernels for it."""
+    return _expression_type(case.rhs, case)
 
 
 def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
@@ -684,7 +761,7 @@ def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
     (-0.0: ``1 / (abs(x) * trunc(x))`` is -inf for x = -0.3, as NumPy and coiter compute it
     on stored values)."""
     rt = result_dtype(case)
-    wide = {"b": np.int64, "i": np.int64, "u": np.int64, "f": np.float64, "c": np.complex128}[rt.kind]
+    wide = WIDE[rt.kind]
     total = Counter(v for a in accesses(case.rhs) for v in a.idx)
 
     def spread(x: np.ndarray, labels: str, out: str) -> np.ndarray:
@@ -692,28 +769,34 @@ def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
         x = x.reshape([case.dims[v] if v in labels else 1 for v in out])
         return np.broadcast_to(x, [case.dims[v] for v in out])
 
-    def ev(e: Node, inside_call: bool = False, bound: str = "") -> tuple[np.ndarray, str, Counter[str]]:
-        """``e``'s values over its labels, and the uses of each variable in it. ``bound``:
-        variables of enclosing explicit reductions (never summed implicitly)."""
+    def ev(e: Node, inside_call: bool = False, bound: str = "",
+           w: type = wide) -> tuple[np.ndarray, str, Counter[str]]:
+        """``e``'s values (computed in ``w``) over its labels, and the uses of each variable
+        in it. ``bound``: variables of enclosing explicit reductions (never summed
+        implicitly)."""
         if isinstance(e, Lit):
-            return np.array(e.value, dtype=wide), "", Counter()
+            return np.array(e.value, dtype=w), "", Counter()
         if isinstance(e, Acc):
-            x, labels, uses = case.operands[e.name].data.astype(wide), e.idx, Counter(e.idx)
+            x, labels, uses = case.operands[e.name].data.astype(w), e.idx, Counter(e.idx)
         elif isinstance(e, Neg):
-            x, labels, uses = ev(e.x, inside_call, bound)
+            x, labels, uses = ev(e.x, inside_call, bound, w)
             x = -x
         elif isinstance(e, Red):
-            x, labels, uses = ev(e.body, inside_call, bound + e.var)
+            x, labels, uses = ev(e.body, inside_call, bound + e.var, w)
             fold = {"max": np.max, "min": np.min, "prod": np.prod, "sum": np.sum}[e.op]
             x, labels = fold(x, axis=labels.index(e.var)), labels.replace(e.var, "")
         elif isinstance(e, Call):
-            args = [ev(arg, True, bound) for arg in e.args]
+            # a comparison compares in its arguments' own type (an int64 b(i) + 0.5 is no
+            # integer), and its bools count as 0/1 in what follows, summed as np.sum does
+            # (einsum would or them), as kernels compute them in the result's number type
+            inner = WIDE[_expression_type(e, case).kind] if e.fn in COMPARISONS else w
+            args = [ev(arg, True, bound, inner) for arg in e.args]
             labels = "".join(dict.fromkeys(v for _, la, _ in args for v in la))
             uses = sum((u for _, _, u in args), Counter())
-            x = FUNCTIONS[e.fn](*(spread(a, la, labels) for a, la, _ in args))
+            x = FUNCTIONS[e.fn](*(spread(a, la, labels) for a, la, _ in args)).astype(w)
         else:
-            a, la, ua = ev(e.a, inside_call, bound)
-            b, lb, ub = ev(e.b, inside_call, bound)
+            a, la, ua = ev(e.a, inside_call, bound, w)
+            b, lb, ub = ev(e.b, inside_call, bound, w)
             labels, uses = la + "".join(v for v in lb if v not in la), ua + ub
             if e.op == "*" and signed_zeros:
                 x = spread(a, la, labels) * spread(b, lb, labels)
