@@ -1,15 +1,13 @@
 """Random cases for the differential fuzzer: generation, execution and the NumPy reference.
 
 A case is drawn from ``numpy.random.default_rng([seed, number])`` alone (and ``[seed,
-number, 1]`` for its intrinsics, ``[seed, number, 2]`` for its divisions, ``[seed, number,
-3]`` for its explicit reductions, ``[seed, number, 4]`` for its operands' fill values,
-``[seed, number, 5]`` for its comparisons), so any case can be rebuilt from its two numbers. It is an
-index-notation assignment ``A(...) = ...`` over up to four operands ``B, C, D, E`` of order
-0-3 (sums, differences, products, negation, literals, implicit reductions, repeated and
-transposed operands; in float64/float32, int64/int32 and complex cases intrinsics, true
+number, k]`` for its intrinsics, k = 1, divisions, 2, explicit reductions, 3, operands'
+fill values, 4, and comparisons, 5), so any case can be rebuilt from its two numbers. It is
+an index-notation assignment ``A(...) = ...`` over up to four operands ``B, C, D, E`` of
+order 0-3 (sums, differences, products, negation, literals, implicit reductions, repeated
+and transposed operands; in float64/float32, int64/int32 and complex cases intrinsics, true
 division and explicit reductions too, and comparisons as masks in real ones: see
-FLOAT_CALLS, _with_division, _with_reduction and _with_masks),
-with random operand and
+FLOAT_CALLS, _with_division, _with_reduction and _with_masks), with random operand and
 result formats, value types, shapes (dimensions 0-5), densities, sometimes NaN/±inf and
 sparse operands whose absent entries are not zeros (fill values: _with_fills),
 run through one front end:

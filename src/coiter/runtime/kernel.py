@@ -304,7 +304,8 @@ class StorageKernel:
             fill = expression_fill(self.plain.rhs, lambda a: not self.formats[a.tensor].is_dense,
                                    lambda a: np.asarray(out.get(a.tensor, 0), dtypes[a.tensor])[()])
             # (NaN, as 0 * inf of complex values, is no fill: no entry would equal it)
-            if fill is not None and fill == fill and not (result_format.pads and fill_key(fill) != fill_key(0)):
+            if fill is not None and fill == fill and (
+                    not result_format.pads or fill_key(fill) == fill_key(0)):
                 # in the result's type as kernels compute it: bools' 1 + 1 is True, unsigned
                 # -2 wraps (the lattice computes bools as 0/1 and in promoted types)
                 with np.errstate(all="ignore"), warnings.catch_warnings():
