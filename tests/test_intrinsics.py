@@ -147,7 +147,7 @@ def test_complex_powers_follow_numpy(fmt: str, dtype: str) -> None:
     v = np.array([0, 1 + 1j, -2 + 0.5j, 0, 3j, -1.5 - 2j], dtype=dtype)
     v_t = coiter.Tensor.from_numpy(v, format=fmt)
     exact = dtype == "complex128"
-    for n in (0, 1, 2, 3, 5, -1, -2, 0.5, 2.5, 1j):
+    for n in (0, 1, 2, 3, 5, -1, -2, 0.5, 2.5, 1j, 3 + 3j, -3 + 3j, 3 - 1j):
         got = coiter.evaluate(f"a(i) = pow(v(i), {n})", v=v_t).to_numpy()
         with np.errstate(all="ignore"):
             want = np.power(v, np.asarray(n, dtype=dtype))

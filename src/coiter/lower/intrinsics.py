@@ -29,15 +29,15 @@ static inline int64_t coiter_ipow(int64_t base, int64_t exponent) {
 """
 
 
-# NumPy's npy_cpow: a zero exponent gives 1 and a zero base 0 or NaN before anything else,
-# an integer exponent of magnitude below 100 multiplies (by squaring; a negative one divides
-# 1 by the power), others go to C's cpow
+# NumPy's complex power: a zero exponent gives 1 and a zero base 0 (for exponents of
+# positive real part) or NaN before anything else; an integer exponent of magnitude below
+# 100 multiplies (by squaring; a negative one divides 1 by the power); others go to cpow
 COMPLEX_POW = """/* base ** exponent for complex values (NumPy's power) */
 #define COITER_CPOW(name, T, real_t, creal_, cimag_, cpow_) \\
 static inline T name(T a, T b) { \\
   real_t br = creal_(b), bi = cimag_(b); \\
   if (br == 0 && bi == 0) return 1; \\
-  if (a == 0) return br > 0 && bi == 0 ? (T)0 : (T)NAN + (T)NAN * I; \\
+  if (a == 0) return br > 0 ? (T)0 : (T)NAN + (T)NAN * I; \\
   if (bi == 0 && br > -100 && br < 100 && br == (real_t)(int64_t)br) { \\
     int64_t n = (int64_t)br, m = n < 0 ? -n : n; \\
     T r = 1, p = a; \\
