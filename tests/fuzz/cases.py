@@ -395,14 +395,9 @@ def _with_calls(rng: np.random.Generator, e: Node, calls: tuple[tuple, tuple, tu
 def _with_division(rng: np.random.Generator, e: Node) -> Node:
     """``e`` with some products whose right factor reads an operand made quotients (never
     a division by literals alone, which Python would fold in the DSL and could divide by 0)."""
-    if isinstance(e, Neg):
-        return Neg(_with_division(rng, e.x))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(_with_division(rng, x) for x in e.args))
-    if isinstance(e, Bin):
-        a, b = _with_division(rng, e.a), _with_division(rng, e.b)
-        divide = e.op == "*" and accesses(b) and rng.random() < 0.4
-        return Bin("/" if divide else e.op, a, b)
+    e = _rebuilt(e, [_with_division(rng, c) for c in _children(e)])
+    if isinstance(e, Bin) and e.op == "*" and accesses(e.b) and rng.random() < 0.4:
+        return Bin("/", e.a, e.b)
     return e
 
 
