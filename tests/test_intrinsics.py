@@ -343,6 +343,30 @@ def test_a_cast_asks_for_the_result_type() -> None:
     assert got.dtype == np.float32
 
 
+@pytest.mark.parametrize("target", [np.float32, "int64", bool, complex, np.dtype(np.uint64)])
+def test_astype_in_python_is_the_cast(target: object) -> None:
+    """``expr.astype(t)`` in the operator DSL builds the text form's cast ``t(...)``."""
+    b = np.array([1.5, -2.75, 0.0, 3e12, np.nan])
+    c = np.array([0.25, 1.0, -4.0, 2.0, 1.0])
+    B, C = coiter.Tensor.from_numpy(b, format="s"), coiter.Tensor.from_numpy(c)
+    (i,) = coiter.index_vars("i")
+    out = coiter.Tensor((5,), format="d", dtype=np.dtype(target))
+    out[i] = (B[i] * C[i]).astype(target)
+    with np.errstate(all="ignore"):
+        want = (b * c).astype(target)
+    assert out.dtype == want.dtype
+    np.testing.assert_array_equal(out.to_numpy(), want)
+
+
+def test_astype_to_a_type_without_a_cast_is_a_dtype_error() -> None:
+    (i,) = coiter.index_vars("i")
+    B = coiter.Tensor.from_numpy(np.ones(3))
+    with pytest.raises(coiter.DTypeError, match="no cast to int8"):
+        B[i].astype(np.int8)
+    with pytest.raises(coiter.DTypeError, match="'vector' is not a type"):
+        B[i].astype("vector")
+
+
 @pytest.mark.parametrize("b_fmt,c_fmt", [("s", "s"), ("d", "s"), ("csr", "csr"), ("dense", "dcsr")])
 def test_division_by_a_sparse_operand_follows_ieee(b_fmt: str, c_fmt: str) -> None:
     """Where a sparse denominator is absent the kernel divides by zero: inf, -inf or NaN

@@ -46,6 +46,36 @@ def test_any_and_all_of_numbers_are_bools(op: str, dtype) -> None:
     np.testing.assert_allclose(z.to_numpy(), REFERENCES[op](D, axis=1) @ x)
 
 
+@pytest.mark.parametrize("op", ["any", "all"])
+@pytest.mark.parametrize("body, make", [
+    # the body computed in bool: (bool)2 - (bool)1 is 0, where NumPy's 2 - 1 is true
+    ("B(i,j) - 1", lambda B, C: B - 1),
+    # 0 / 0 is NaN, true for np.any; in bool it was C's integer division by zero
+    ("C(i,j) / C(j,i)", lambda B, C: C / C.T),
+    # a float body of an int8 result: 0.5 * B was computed in int8, 0.5 truncated to 0
+    ("B(i,j) * 0.5", lambda B, C: B * 0.5),
+    # a sum inside: computed in bool it was an "or" of its terms
+    ("sum(k, B(i,k) * C(k,j)) - 1", lambda B, C: B @ C - 1),
+])
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_any_and_all_compute_their_body_in_its_own_type(op: str, body: str, make, fmt: str) -> None:
+    """any/all test the body's value as NumPy computes it (fuzz seed 60 case 566): not the
+    result's type (bool, or int8 below), in which quotients divided bools."""
+    B = np.array([[2, 1, 1], [1, 1, 1], [2, 3, 0]], dtype=np.int8)
+    C = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [2.0, 0.0, 3.0]])
+    operands = {n: coiter.Tensor.from_numpy(a, format=fmt) for n, a in (("B", B), ("C", C))
+                if f"{n}(" in body}
+    with np.errstate(all="ignore"):
+        want = REFERENCES[op](make(B.astype(np.int64), C), axis=1)
+    y = coiter.evaluate(f"y(i) = {op}(j, {body})", **operands)
+    assert y.dtype == np.bool_
+    np.testing.assert_array_equal(y.to_numpy(), want)
+    w = np.array([1, -2, 3], dtype=np.int8)  # an int8 result (bool * int8)
+    z = coiter.evaluate(f"z(i) = {op}(j, {body}) * w(i)", w=w, **operands)
+    assert z.dtype == np.int8
+    np.testing.assert_array_equal(z.to_numpy(), want * w)
+
+
 @pytest.mark.parametrize("op", ["min", "max"])
 def test_column_reduction(op: str) -> None:
     A = _matrix(2)

@@ -48,7 +48,7 @@ import scipy.sparse
 
 import coiter
 from coiter.formats import as_format
-from coiter.notation.functions import FUNCTIONS
+from coiter.notation.functions import CASTS, FUNCTIONS
 
 VARS = "ijkl"
 NAMES = "BCDE"
@@ -225,6 +225,8 @@ def dsl(e: Node) -> str:
         return repr(e.value)
     if isinstance(e, Neg):
         return f"-({dsl(e.x)})"
+    if isinstance(e, Call) and e.fn in CASTS:
+        return f"({dsl(e.args[0])}).astype({e.fn!r})"
     if isinstance(e, Call):  # NumPy's ufuncs on DSL expressions build the intrinsic
         return f"np.{FUNCTIONS[e.fn].ufunc.__name__}({', '.join(dsl(x) for x in e.args)})"
     if isinstance(e, Red):
@@ -419,8 +421,19 @@ def _with_masks(rng: np.random.Generator, e: Node, literals: tuple) -> Node:
 
 
 # Explicit reductions drawn (coiter.notation.reducers), by case kind: max and min have no
-# complex meaning; any/all (bool results) are left to tests/test_reducers.py.
+# complex meaning. any/all (bools, 0/1 in arithmetic) come from a stream of their own.
 REDUCTIONS = {"real": ("max", "min", "prod", "sum"), "complex": ("prod", "sum")}
+LOGICAL = ("any", "all")
+
+# Casts drawn (a stream of their own: _with_casts), by the kind of values cast: not to
+# complex in real cases (max, min and comparisons around would refuse it), not to uint64
+# (NumPy compares it with negative literals, coiter refuses them). To an integer or bool
+# only where the argument holds no call, quotient or reduction and the case no NaN/inf:
+# where the lattices' x * 0 = 0 meets NaN or inf the reference is non-finite (and left
+# unchecked), and a cast would make it a finite integer.
+CASTS_OF = {"f": ("float32", "float64", "int64", "int32", "bool"), "c": ("complex128", "float64"),
+            "i": ("int32", "int64", "float64", "float32", "bool")}
+DISCRETE = ("int32", "int64", "bool")
 
 
 def _paths_using(e: Node, v: str, path: tuple[int, ...] = ()) -> list[tuple[int, ...]]:
@@ -443,7 +456,8 @@ def _with_reduction(rng: np.random.Generator, e: Node, lhs: str, dims: dict[str,
     """``e`` with an explicit reduction over a variable the result does not have, around the
     innermost sub-expression holding all its uses (where its implicit sum would be). Not over
     an empty mode: NumPy's max of nothing is an error, coiter's the reduction's identity."""
-    free = sorted({v for a in accesses(e) for v in a.idx} - set(lhs))
+    bound = {n.var for n in walk(e) if isinstance(n, Red)}
+    free = sorted({v for a in accesses(e) for v in a.idx} - set(lhs) - bound)
     free = [v for v in free if dims[v] > 0]
     if not free:
         return e
@@ -457,6 +471,18 @@ def _with_reduction(rng: np.random.Generator, e: Node, lhs: str, dims: dict[str,
         common = common[:n]
     op = str(rng.choice(ops))
     return _wrapped(e, common, lambda body: Red(op, v, body))
+
+
+def _with_casts(rng: np.random.Generator, e: Node, kind: str, finite: bool) -> Node:
+    """``e`` with some sub-expressions that read an operand cast (``float32(...)``) to a
+    type drawn from CASTS_OF[``kind``] (``finite``: the case holds no NaN/inf)."""
+    e = _rebuilt(e, [_with_casts(rng, c, kind, finite) for c in _children(e)])
+    if not accesses(e) or rng.random() >= 0.25:
+        return e
+    plain = finite and not any(isinstance(n, (Call, Red)) or (isinstance(n, Bin) and n.op == "/")
+                               for n in walk(e))
+    targets = [t for t in CASTS_OF[kind] if plain or t not in DISCRETE and (kind != "c" or t == "complex128")]
+    return Call(str(rng.choice(targets)), (e,))
 
 
 def _has_calls(e: Node) -> bool:
@@ -521,7 +547,15 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
         if reductions.random() < 0.25:
             rhs = _with_reduction(reductions, rhs, lhs, dims,
                                   REDUCTIONS["complex" if table is COMPLEX_CALLS else "real"])
+        logical = np.random.default_rng([seed, number, 6])  # its own stream: see FLOAT_CALLS
+        if logical.random() < 0.15:
+            rhs = _with_reduction(logical, rhs, lhs, dims, LOGICAL)
     nonfinite = rng.random() < 0.1
+    if front != "einsum" and table is not None:
+        casts = np.random.default_rng([seed, number, 7])  # its own stream: see FLOAT_CALLS
+        if casts.random() < 0.25:
+            kind = "c" if table is COMPLEX_CALLS else "f" if table is FLOAT_CALLS else "i"
+            rhs = _with_casts(casts, rhs, kind, not nonfinite)
     invalid, expect = "", ()
     shapes = {n: [dims[v] for v in tensors[n]] for n in used}
     result_shape = [dims[v] for v in lhs]
@@ -597,6 +631,8 @@ def _with_fills(rng: np.random.Generator, case: Case) -> None:
         if not op.container.startswith("coiter") or not op.data.ndim or fmt.is_dense or rng.random() < 0.4:
             continue
         choices = FILLS[op.data.dtype.kind]
+        if any(isinstance(n, Call) and n.fn in DISCRETE for n in walk(case.rhs)):
+            choices = tuple(c for c in choices if "inf" not in c)  # (see CASTS_OF)
         fill = str(choices[rng.integers(len(choices))])
         data = op.data.copy()
         data[data == 0] = eval(fill, {"np": np})
@@ -715,24 +751,43 @@ def run_case(case: Case) -> Outcome:
 WIDE = {"b": np.int64, "i": np.int64, "u": np.int64, "f": np.float64, "c": np.complex128}
 
 
+def _own_type(e: Node, case: Case) -> np.dtype | None:
+    """The type of a node whose type is not that of its arguments together: a call's,
+    NumPy's output type for them (a comparison's bool, a cast's target, square of bools
+    int8, cbrt of them float16), and any/all's (bool)."""
+    if isinstance(e, Red) and e.op in LOGICAL:
+        return np.dtype(np.bool_)
+    if not isinstance(e, Call):
+        return None
+    zeros = np.zeros(1, _argument_type(e, case))
+    with np.errstate(all="ignore"):
+        return FUNCTIONS[e.fn](*(zeros for _ in e.args)).dtype
+
+
 def _typed_nodes(e: Node) -> list[Node]:
-    """The nodes whose types the expression's type comes from: not those inside a
-    comparison (a bool, whatever it compares)."""
-    if isinstance(e, Call) and e.fn in COMPARISONS:
-        return []
+    """The nodes whose types the expression's type comes from: not those inside a call or
+    any/all (_own_type)."""
+    if isinstance(e, Call) or isinstance(e, Red) and e.op in LOGICAL:
+        return [e]
     return [e] + [x for c in _children(e) for x in _typed_nodes(c)]
 
 
-def _expression_type(e: Node, case: Case) -> np.dtype:
-    """NumPy's type for ``e`` (a comparison: for its arguments), widened as coiter documents
-    where it has no kernels for it. (Divisions are drawn into float64/float32 and
-    int64/int32 cases only, where a quotient of integers, float64, makes the whole
+def _argument_type(e: Node, case: Case) -> np.dtype:
+    """The type a comparison, any/all or cast computes its arguments in: NumPy's for them
+    together."""
+    return _expression_type(e, case, _children(e))
+
+
+def _expression_type(e: Node, case: Case, parts: list[Node] | None = None) -> np.dtype:
+    """NumPy's type for ``e`` (of ``parts`` together where given), widened as coiter
+    documents where it has no kernels for it. (Divisions are drawn into float64/float32
+    and int64/int32 cases only, where a quotient of integers, float64, makes the whole
     expression float64.)"""
-    typed = [n for c in (_children(e) if isinstance(e, Call) and e.fn in COMPARISONS else [e])
-             for n in _typed_nodes(c)]
+    typed = [n for c in ([e] if parts is None else parts) for n in _typed_nodes(c)]
     lits = [x.value for x in typed if isinstance(x, Lit)]
     names = {x.name for x in typed if isinstance(x, Acc)}
-    rt = np.result_type(*(op.data.dtype for n, op in case.operands.items() if n in names), *lits)
+    own = [t for t in (_own_type(n, case) for n in typed) if t is not None]
+    rt = np.result_type(*(op.data.dtype for n, op in case.operands.items() if n in names), *own, *lits)
     if any(isinstance(x, Bin) and x.op == "/" for x in typed) and rt.kind in "iu":
         rt = np.dtype(np.float64)
     if rt not in SUPPORTED:
@@ -775,18 +830,22 @@ def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
             x, labels, uses = ev(e.x, inside_call, bound, w)
             x = -x
         elif isinstance(e, Red):
-            x, labels, uses = ev(e.body, inside_call, bound + e.var, w)
-            fold = {"max": np.max, "min": np.min, "prod": np.prod, "sum": np.sum}[e.op]
-            x, labels = fold(x, axis=labels.index(e.var)), labels.replace(e.var, "")
+            # any/all reduce their body in its own type (nonzero is true, NaN too)
+            inner = WIDE[_argument_type(e, case).kind] if e.op in LOGICAL else w
+            x, labels, uses = ev(e.body, inside_call, bound + e.var, inner)
+            fold = {"max": np.max, "min": np.min, "prod": np.prod, "sum": np.sum, "any": np.any,
+                    "all": np.all}[e.op]
+            x, labels = fold(x, axis=labels.index(e.var)).astype(w), labels.replace(e.var, "")
         elif isinstance(e, Call):
-            # a comparison compares in its arguments' own type (an int64 b(i) + 0.5 is no
-            # integer), and its bools count as 0/1 in what follows, summed as np.sum does
-            # (einsum would or them), as kernels compute them in the result's number type
-            inner = WIDE[_expression_type(e, case).kind] if e.fn in COMPARISONS else w
-            args = [ev(arg, True, bound, inner) for arg in e.args]
+            # a call takes its arguments in their promoted type (a comparison of an int64
+            # b(i) + 0.5 compares floats; a cast converts int32 values that wrapped; exp of
+            # a bool is float16), and bools count as 0/1 in what follows, summed as np.sum
+            # does (einsum would or them), as kernels compute them in the result's type
+            at = _argument_type(e, case)
+            args = [ev(arg, True, bound, WIDE[at.kind]) for arg in e.args]
             labels = "".join(dict.fromkeys(v for _, la, _ in args for v in la))
             uses = sum((u for _, _, u in args), Counter())
-            x = FUNCTIONS[e.fn](*(spread(a, la, labels) for a, la, _ in args)).astype(w)
+            x = FUNCTIONS[e.fn](*(spread(a, la, labels).astype(at) for a, la, _ in args)).astype(w)
         else:
             a, la, ua = ev(e.a, inside_call, bound, w)
             b, lb, ub = ev(e.b, inside_call, bound, w)
@@ -860,7 +919,7 @@ def check(case: Case, got: list[Observed], pattern: Observed | None) -> str:
     rt = result_dtype(case)
     fmt = expected_format(case, {n: operand_format(op) for n, op in case.operands.items()})
     exact = rt.kind in "biu"
-    half = any(op.data.dtype == np.float16 for op in case.operands.values())
+    half = rt == np.float16 or any(op.data.dtype == np.float16 for op in case.operands.values())
     loose = any(op.data.dtype in (np.float32, np.complex64) for op in case.operands.values())
     # float16 sums round once per term in NumPy and once per kernel store: a few units in
     # the last place of a 10-bit mantissa; float32 functions amplify rounding where they are

@@ -519,9 +519,10 @@ def _temp_dtypes(temps: list[_Temp], body: Expr, dtypes: Mapping[str, np.dtype],
     (``lte(sum(k, A(i,k) * B(k,j)), O(i,j))``, ``abs(sum(...))``, ``int32(sum(...))``)
     holds its own value's type, NumPy's for that reduction, as do the reductions inside it:
     in the result's type (a comparison's bool, abs's float) the value would be lost before
-    the function sees it."""
+    the function sees it. So do any/all, which test their body's value (a bool, or an int8
+    result's type, would lose 0.5 or divide bools), and the reductions inside them."""
     by_name = {t.name: t for t in temps}
-    own: set[str] = set()  # temporaries in their own type
+    own = {t.name for t in temps if reducer(t.op).logical}  # temporaries in their own type
 
     def mark(e: Expr, in_call: bool) -> None:
         if isinstance(e, Access) and e.tensor in by_name:
@@ -532,8 +533,9 @@ def _temp_dtypes(temps: list[_Temp], body: Expr, dtypes: Mapping[str, np.dtype],
         for c in children(e):
             mark(c, in_call or isinstance(e, Call))
 
-    for e in [body, *(t.body for t in temps)]:
-        mark(e, False)
+    for t in temps:
+        mark(t.body, t.name in own)
+    mark(body, False)
     types = dict(dtypes)
 
     def typed(name: str) -> np.dtype:

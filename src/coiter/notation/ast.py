@@ -132,6 +132,13 @@ class Expr:
             return NotImplemented
         return ufunc_expr(ufunc, [as_expr(x) for x in inputs])
 
+    def astype(self, dtype: Any) -> Expr:
+        """The cast ``float32(...)`` of the text form: the value converted as NumPy's
+        ``astype`` converts (``B[i, j].astype(np.float32)``, ``(b[i] > 0).astype(int)``)."""
+        from .functions import cast_name
+
+        return Call(cast_name(dtype), (self,))
+
     def __pos__(self) -> Expr:
         return self
 

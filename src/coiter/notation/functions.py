@@ -101,6 +101,19 @@ def _table() -> dict[str, Function]:
 
 
 FUNCTIONS: dict[str, Function] = _table()
+CASTS: tuple[str, ...] = tuple(name for name, f in FUNCTIONS.items() if f.cast)
+
+
+def cast_name(dtype: Any) -> str:
+    """The cast function converting to ``dtype`` (anything ``numpy.dtype`` reads:
+    ``np.float32``, ``"int64"``, ``float``); DTypeError for a type coiter has no cast to."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError as exc:
+        raise DTypeError(f"astype: {dtype!r} is not a type ({exc})") from None
+    if name not in CASTS:
+        raise DTypeError(f"astype: no cast to {name}; coiter casts to {', '.join(CASTS)}")
+    return name
 
 # the NumPy ufunc of each arithmetic node
 ARITHMETIC: dict[type, np.ufunc] = {Add: np.add, Sub: np.subtract, Mul: np.multiply, Div: np.true_divide}
