@@ -367,6 +367,27 @@ def test_astype_to_a_type_without_a_cast_is_a_dtype_error() -> None:
         B[i].astype("vector")
 
 
+@pytest.mark.parametrize("text, numpy", [
+    ("a(i) = pow(c(i) + b(i), -1)", lambda c, b: (c + b) ** -1.0),
+    ("a(i) = pow(c(i) * 2 - b(i), -2)", lambda c, b: (c * 2 - b) ** -2.0),
+    ("a(i) = pow(float32(c(i)) + b(i), -1)", lambda c, b: (c.astype(np.float32) + b) ** -1.0),
+    ("a(i) = pow(c(i) + z(i), -1)", lambda c, z: (c + z) ** -1),
+])
+@pytest.mark.parametrize("fmt", ["s", "d"])
+def test_a_float_power_stays_one_where_the_float_operand_is_absent(text: str, numpy, fmt: str) -> None:
+    """Where the float (complex) operand of ``c(i) + b(i)`` is absent the sum is ``c(i)``, an
+    int32: an enclosing pow became an integer power there, 0 for 1/4 (fuzz seed 61 case
+    1903). NumPy's sum is a float there too."""
+    c = np.array([2, 4, 1, -3], dtype=np.int32)
+    b = np.array([0.5, 0, 0, 0.25])
+    other = b.astype(np.complex128) * (1 - 1j) if "z(" in text else b
+    name = "z" if "z(" in text else "b"
+    got = coiter.evaluate(text, c=c, **{name: coiter.Tensor.from_numpy(other, format=fmt)})
+    want = numpy(c, other)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("b_fmt,c_fmt", [("s", "s"), ("d", "s"), ("csr", "csr"), ("dense", "dcsr")])
 def test_division_by_a_sparse_operand_follows_ieee(b_fmt: str, c_fmt: str) -> None:
     """Where a sparse denominator is absent the kernel divides by zero: inf, -inf or NaN

@@ -76,6 +76,19 @@ def test_any_and_all_compute_their_body_in_its_own_type(op: str, body: str, make
     np.testing.assert_array_equal(z.to_numpy(), want * w)
 
 
+@pytest.mark.parametrize("fmt", ["csr", "dense"])
+def test_a_power_of_any_plus_a_sparse_operand(fmt: str) -> None:
+    """Where the sparse ``D`` is absent, ``any(...) + 2 + D(j,l)`` folds into ``any + 2``,
+    an integer, and the power became an integer power: 0 for 1/3 (fuzz seed 61 case
+    1903); NumPy's sum is a float there."""
+    C = np.zeros((3, 2, 2))
+    C[0, 1, 0] = C[2, 1, 1] = C[1, 0, 0] = 1.5
+    D = np.array([[1.0, 0.0], [0.0, 2.0]])  # D(j,l)
+    got = coiter.evaluate("A(l,j) = pow(any(i, C(i,l,j)) + 2 + D(j,l), -1)", out_format="dd",
+                          C=C, D=coiter.Tensor.from_numpy(D, format=fmt))
+    np.testing.assert_allclose(got.to_numpy(), 1 / (np.any(C, axis=0) + 2 + D.T))
+
+
 @pytest.mark.parametrize("op", ["min", "max"])
 def test_column_reduction(op: str) -> None:
     A = _matrix(2)

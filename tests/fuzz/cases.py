@@ -428,9 +428,10 @@ LOGICAL = ("any", "all")
 # Casts drawn (a stream of their own: _with_casts), by the kind of values cast: not to
 # complex in real cases (max, min and comparisons around would refuse it), not to uint64
 # (NumPy compares it with negative literals, coiter refuses them). To an integer or bool
-# only where the argument holds no call, quotient or reduction and the case no NaN/inf:
-# where the lattices' x * 0 = 0 meets NaN or inf the reference is non-finite (and left
-# unchecked), and a cast would make it a finite integer.
+# only of _finite arguments in cases without NaN/inf: where the lattices' x * 0 = 0 (or a
+# quotient's absent numerator, docs/language.md "Division") meets NaN or inf the reference
+# is non-finite (and left unchecked), and a cast would make it a finite integer. any/all
+# (which take NaN as true) reduce only _finite bodies of such cases too.
 CASTS_OF = {"f": ("float32", "float64", "int64", "int32", "bool"), "c": ("complex128", "float64"),
             "i": ("int32", "int64", "float64", "float32", "bool")}
 DISCRETE = ("int32", "int64", "bool")
@@ -479,10 +480,23 @@ def _with_casts(rng: np.random.Generator, e: Node, kind: str, finite: bool) -> N
     e = _rebuilt(e, [_with_casts(rng, c, kind, finite) for c in _children(e)])
     if not accesses(e) or rng.random() >= 0.25:
         return e
-    plain = finite and not any(isinstance(n, (Call, Red)) or (isinstance(n, Bin) and n.op == "/")
-                               for n in walk(e))
+    plain = finite and _finite(e)
     targets = [t for t in CASTS_OF[kind] if plain or t not in DISCRETE and (kind != "c" or t == "complex128")]
     return Call(str(rng.choice(targets)), (e,))
+
+
+def _finite(e: Node) -> bool:
+    """Whether ``e`` is finite wherever its operands are: no quotient, no function that
+    may be NaN or inf at finite values (sqrt, a power of a negative or fractional
+    exponent)."""
+    def risky(n: Node) -> bool:
+        if isinstance(n, Bin):
+            return n.op == "/"
+        if isinstance(n, Call) and n.fn == "pow":
+            x = n.args[1]
+            return not (isinstance(x, Lit) and float(np.real(x.value)).is_integer() and np.real(x.value) >= 0)
+        return isinstance(n, Call) and n.fn == "sqrt"
+    return not any(risky(n) for n in walk(e))
 
 
 def _has_calls(e: Node) -> bool:
@@ -547,11 +561,13 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
         if reductions.random() < 0.25:
             rhs = _with_reduction(reductions, rhs, lhs, dims,
                                   REDUCTIONS["complex" if table is COMPLEX_CALLS else "real"])
-        logical = np.random.default_rng([seed, number, 6])  # its own stream: see FLOAT_CALLS
-        if logical.random() < 0.15:
-            rhs = _with_reduction(logical, rhs, lhs, dims, LOGICAL)
     nonfinite = rng.random() < 0.1
     if front != "einsum" and table is not None:
+        logical = np.random.default_rng([seed, number, 6])  # its own stream: see FLOAT_CALLS
+        if logical.random() < 0.15 and not nonfinite:
+            tested = _with_reduction(logical, rhs, lhs, dims, LOGICAL)
+            if all(_finite(n.body) for n in walk(tested) if isinstance(n, Red) and n.op in LOGICAL):
+                rhs = tested
         casts = np.random.default_rng([seed, number, 7])  # its own stream: see FLOAT_CALLS
         if casts.random() < 0.25:
             kind = "c" if table is COMPLEX_CALLS else "f" if table is FLOAT_CALLS else "i"
@@ -631,7 +647,8 @@ def _with_fills(rng: np.random.Generator, case: Case) -> None:
         if not op.container.startswith("coiter") or not op.data.ndim or fmt.is_dense or rng.random() < 0.4:
             continue
         choices = FILLS[op.data.dtype.kind]
-        if any(isinstance(n, Call) and n.fn in DISCRETE for n in walk(case.rhs)):
+        if any(isinstance(n, Call) and n.fn in DISCRETE or isinstance(n, Red) and n.op in LOGICAL
+               for n in walk(case.rhs)):
             choices = tuple(c for c in choices if "inf" not in c)  # (see CASTS_OF)
         fill = str(choices[rng.integers(len(choices))])
         data = op.data.copy()
@@ -920,7 +937,8 @@ def check(case: Case, got: list[Observed], pattern: Observed | None) -> str:
     fmt = expected_format(case, {n: operand_format(op) for n, op in case.operands.items()})
     exact = rt.kind in "biu"
     half = rt == np.float16 or any(op.data.dtype == np.float16 for op in case.operands.values())
-    loose = any(op.data.dtype in (np.float32, np.complex64) for op in case.operands.values())
+    loose = any(op.data.dtype in (np.float32, np.complex64) for op in case.operands.values()) or \
+        any(isinstance(n, Call) and n.fn == "float32" for n in walk(case.rhs))
     # float16 sums round once per term in NumPy and once per kernel store: a few units in
     # the last place of a 10-bit mantissa; float32 functions amplify rounding where they are
     # ill-conditioned (pow(x, -2) of a cos near its zero: 4.4066e7, float64's 4.4034e7), as

@@ -41,7 +41,7 @@ from ..notation.ast import (
     Access, Add, BinaryExpr, Call as Intrinsic, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg,
     Number, Reduction, Sub, accesses, map_accesses, walk,
 )
-from ..notation.functions import call_dtypes, computation_dtype, zero_at
+from ..notation.functions import CASTS, call_dtypes, computation_dtype, zero_at
 from ..notation.operators import OPERATORS
 from ..notation.reducers import reducer
 from .assembly import ParallelAssembly
@@ -223,19 +223,20 @@ class Absence:
 
     def typed_like(self, x: Expr, e: Expr) -> Expr:
         """``x``, what ``e`` folded into (``b(i) + 3`` into ``3`` where ``b`` is absent), a
-        float or complex value where ``e`` is one and ``x`` holds integer literals only:
-        ``3.0`` for a float ``b``, or a cast, so that an enclosing ``pow(b(i) + 3, -2)`` stays
-        a float power (1/9, not 0). Integer kinds stay as written: arithmetic outside
-        intrinsics computes in the result's type (``-2`` of ``uint64 b(l) + -2`` in a float
-        result is -2.0, not 2**64 - 2)."""
-        if _typed(x) or not _typed(e):
+        float or complex value where ``e`` is one and ``x`` is not: ``3.0`` for a float
+        ``b``, or a cast, so that an enclosing ``pow(b(i) + 3, -2)`` stays a float power
+        (1/9, not 0), as does ``pow(c(i) + b(i), -1)`` of an int ``c`` where ``b`` is
+        absent (1/c, not the integer power's 0). Integer kinds stay as written: arithmetic
+        outside intrinsics computes in the result's type (``-2`` of ``uint64 b(l) + -2`` in
+        a float result is -2.0, not 2**64 - 2)."""
+        if not _typed(e):
             return x
-        want, have = self._dtype(e), computation_dtype(x, {}, np.dtype(np.float64))
+        want, have = self._dtype(e), self._dtype(x)
         if want.kind not in "fc" or _KIND_RANK[want.kind] <= _KIND_RANK[have.kind]:
             return x
         if isinstance(x, Literal):
             return Literal(np.asarray(x.value).astype(want).item())
-        return Intrinsic(_KIND_CASTS[want.kind], (x,))
+        return Intrinsic(want.name if want.name in CASTS else _KIND_CASTS[want.kind], (x,))
 
     def _dtype(self, e: Expr) -> np.dtype:
         dtypes = {name: decl.dtype for name, decl in self.decls.items()}
