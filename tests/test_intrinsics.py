@@ -302,6 +302,27 @@ def test_comparison_and_logical_operators() -> None:
     _check(out, (b > c) * 2.0 + (b <= 0) + (b == c))
 
 
+@pytest.mark.parametrize("dtype, literal", [
+    (d, x) for d in ("uint8", "uint64", "int8", "int64") for x in (-1, -2**70, 300, 2**64)
+    if not np.iinfo(d).min <= x <= np.iinfo(d).max])
+@pytest.mark.parametrize("fn", ["gt", "gte", "lt", "lte", "eq", "neq"])
+@pytest.mark.parametrize("fmt", ["s", "d"])
+def test_a_comparison_with_an_integer_beyond_the_type_is_numpys(dtype: str, literal: int, fn: str,
+                                                                fmt: str) -> None:
+    """NumPy 2 compares integers with a Python int out of their range exactly (uint8 > -1
+    is true everywhere), where arithmetic with it is an error; coiter refused it."""
+    info = np.iinfo(dtype)
+    b = np.array([0, 1, info.max, info.min, 7], dtype=dtype)
+    ufunc = FUNCTIONS[fn].ufunc
+    B = coiter.Tensor.from_numpy(b, format=fmt)
+    for text, want in [(f"a(i) = {fn}(b(i), {literal})", ufunc(b, literal)),
+                       (f"a(i) = {fn}({literal}, b(i))", ufunc(literal, b)),
+                       (f"a(i) = {fn}(b(i), {literal}) * b(i)", ufunc(b, literal) * b)]:
+        got = coiter.evaluate(text, b=B)
+        assert got.dtype == want.dtype, text
+        np.testing.assert_array_equal(got.to_numpy(), want, err_msg=text)
+
+
 def test_comparisons_of_complex_values_are_equality_only() -> None:
     z = np.array([1 + 1j, 0, 2j])
     _check(coiter.evaluate("a(i) = z(i) == w(i)", z=z, w=z * 1), z == z)
@@ -386,6 +407,20 @@ def test_a_float_power_stays_one_where_the_float_operand_is_absent(text: str, nu
     want = numpy(c, other)
     assert got.dtype == want.dtype
     np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["s", "d"])
+def test_a_difference_of_int32_and_uint64_is_a_float_where_one_is_absent(fmt: str) -> None:
+    """NumPy computes int32 - uint64 in float64: where the int32 ``e`` is absent the case's
+    ``-u(i)`` must be a float's negation, not uint64's wrap to 2**64 - u (fuzz seed
+    2026120205 case 2204, from a first version of the fix above)."""
+    e = np.array([0, 5, 0, -2], dtype=np.int32)
+    u = np.array([3, 1, 7, 2], dtype=np.uint64)
+    for text, want in [("a(i) = (e(i) - u(i)) * 1.5", (e - u) * 1.5),
+                       ("a(i) = pow(e(i) - u(i), -1)", (e - u) ** -1.0)]:
+        got = coiter.evaluate(text, e=coiter.Tensor.from_numpy(e, format=fmt), u=u)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got.to_numpy(), want, err_msg=text)
 
 
 @pytest.mark.parametrize("b_fmt,c_fmt", [("s", "s"), ("d", "s"), ("csr", "csr"), ("dense", "dcsr")])

@@ -2,12 +2,14 @@
 
 A case is drawn from ``numpy.random.default_rng([seed, number])`` alone (and ``[seed,
 number, k]`` for its intrinsics, k = 1, divisions, 2, explicit reductions, 3, operands'
-fill values, 4, and comparisons, 5), so any case can be rebuilt from its two numbers. It is
+fill values, 4, comparisons, 5, any/all, 6, and casts, 7), so any case can be rebuilt from
+its two numbers. It is
 an index-notation assignment ``A(...) = ...`` over up to four operands ``B, C, D, E`` of
 order 0-3 (sums, differences, products, negation, literals, implicit reductions, repeated
 and transposed operands; in float64/float32, int64/int32 and complex cases intrinsics, true
-division and explicit reductions too, and comparisons as masks in real ones: see
-FLOAT_CALLS, _with_division, _with_reduction and _with_masks), with random operand and
+division, explicit reductions (any/all too) and casts too, and comparisons as masks in real
+ones: see FLOAT_CALLS, _with_division, _with_reduction, _with_casts and _with_masks), with
+random operand and
 result formats, value types, shapes (dimensions 0-5), densities, sometimes NaN/±inf and
 sparse operands whose absent entries are not zeros (fill values: _with_fills),
 run through one front end:
@@ -431,10 +433,12 @@ LOGICAL = ("any", "all")
 # only of _finite arguments in cases without NaN/inf: where the lattices' x * 0 = 0 (or a
 # quotient's absent numerator, docs/language.md "Division") meets NaN or inf the reference
 # is non-finite (and left unchecked), and a cast would make it a finite integer. any/all
-# (which take NaN as true) reduce only _finite bodies of such cases too.
-CASTS_OF = {"f": ("float32", "float64", "int64", "int32", "bool"), "c": ("complex128", "float64"),
-            "i": ("int32", "int64", "float64", "float32", "bool")}
-DISCRETE = ("int32", "int64", "bool")
+# (which take NaN as true) reduce only _finite bodies of such cases too, and sit under no
+# negation or difference. No casts to bool: NumPy has no negation or difference of bools
+# (coiter computes them in the type around, or in bool inside a call: -true is true).
+CASTS_OF = {"f": ("float32", "float64", "int64", "int32"), "c": ("complex128", "float64"),
+            "i": ("int32", "int64", "float64", "float32")}
+DISCRETE = ("int32", "int64")
 
 
 def _paths_using(e: Node, v: str, path: tuple[int, ...] = ()) -> list[tuple[int, ...]]:
@@ -566,7 +570,9 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
         logical = np.random.default_rng([seed, number, 6])  # its own stream: see FLOAT_CALLS
         if logical.random() < 0.15 and not nonfinite:
             tested = _with_reduction(logical, rhs, lhs, dims, LOGICAL)
-            if all(_finite(n.body) for n in walk(tested) if isinstance(n, Red) and n.op in LOGICAL):
+            if all(_finite(n.body) for n in walk(tested) if isinstance(n, Red) and n.op in LOGICAL) \
+                    and not any(isinstance(m, Red) and m.op in LOGICAL for n in walk(tested)
+                                if isinstance(n, Neg) or isinstance(n, Bin) and n.op == "-" for m in walk(n)):
                 rhs = tested
         casts = np.random.default_rng([seed, number, 7])  # its own stream: see FLOAT_CALLS
         if casts.random() < 0.25:

@@ -15,6 +15,7 @@ so the position counters replay exactly).
 from __future__ import annotations
 
 import math
+import operator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Mapping
@@ -41,7 +42,7 @@ from ..notation.ast import (
     Access, Add, BinaryExpr, Call as Intrinsic, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg,
     Number, Reduction, Sub, accesses, map_accesses, walk,
 )
-from ..notation.functions import CASTS, call_dtypes, computation_dtype, zero_at
+from ..notation.functions import call_dtypes, computation_dtype, zero_at
 from ..notation.operators import OPERATORS
 from ..notation.reducers import reducer
 from .assembly import ParallelAssembly
@@ -236,7 +237,9 @@ class Absence:
             return x
         if isinstance(x, Literal):
             return Literal(np.asarray(x.value).astype(want).item())
-        return Intrinsic(want.name if want.name in CASTS else _KIND_CASTS[want.kind], (x,))
+        # plus a zero of that kind, not a cast: a cast computes its argument in the
+        # argument's own type (-c of a uint64 c would wrap), arithmetic in the enclosing one
+        return Add(x, Literal(np.zeros((), want).item()))
 
     def _dtype(self, e: Expr) -> np.dtype:
         dtypes = {name: decl.dtype for name, decl in self.decls.items()}
@@ -278,10 +281,27 @@ def _absorbed(e: Expr, a: Expr, b: Expr) -> Expr | None:
     return None
 
 
-# the cast giving a value of each kind (coiter.notation.functions' cast intrinsics), and
 # the kinds' order in NumPy's promotion
-_KIND_CASTS = {"f": "float64", "c": "complex128"}
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
+
+
+def _decided_comparison(e: Intrinsic, loop: np.dtype) -> bool | None:
+    """The value of a comparison of integers (of type ``loop``) with an int literal beyond
+    that type, the same for every value of it; None for other calls. NumPy 2 compares such
+    Python ints exactly (uint8 > -1 is true, == 300 false), where arithmetic with them is
+    an error (typed_literal's DTypeError)."""
+    if e.fn not in _COMPARE or loop.kind not in "iu":
+        return None
+    info = np.iinfo(loop)
+    values = [x.value if isinstance(x, Literal) and type(x.value) is int else None for x in e.args]
+    if not any(v is not None and not info.min <= v <= info.max for v in values):
+        return None
+    # 0 fits every integer type and stands for each of its values
+    return bool(_COMPARE[e.fn](*(0 if v is None or info.min <= v <= info.max else v for v in values)))
+
+
+_COMPARE = {"gt": operator.gt, "gte": operator.ge, "lt": operator.lt, "lte": operator.le,
+            "eq": operator.eq, "neq": operator.ne}
 
 
 def _typed(e: Expr) -> bool:
@@ -817,6 +837,9 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         if isinstance(e, Intrinsic):
             # computed in the ufunc's loop type for its arguments, then converted
             loop, out = (computable(t) for t in call_dtypes(e, self.dtypes))
+            decided = _decided_comparison(e, loop)
+            if decided is not None:
+                return Const(typed_literal(decided, dtype))
             value = intrinsic_ir(e.fn, [self.expr(x, scope, loop) for x in e.args], loop, self.support)
             # a narrow integer result of the loop's own type (abs of int8) wraps like arithmetic
             value = _wrapped(value, out) if c_value_type(out) == c_value_type(loop) else value
