@@ -225,7 +225,7 @@ class Absence:
     def typed_like(self, x: Expr, e: Expr) -> Expr:
         """``x``, what ``e`` folded into (``b(i) + 3`` into ``3`` where ``b`` is absent), a
         float or complex value where ``e`` is one and ``x`` is not: ``3.0`` for a float
-        ``b``, or a cast, so that an enclosing ``pow(b(i) + 3, -2)`` stays a float power
+        ``b``, or ``x + 0.0``, so that an enclosing ``pow(b(i) + 3, -2)`` stays a float power
         (1/9, not 0), as does ``pow(c(i) + b(i), -1)`` of an int ``c`` where ``b`` is
         absent (1/c, not the integer power's 0). Integer kinds stay as written: arithmetic
         outside intrinsics computes in the result's type (``-2`` of ``uint64 b(l) + -2`` in

@@ -115,6 +115,7 @@ def cast_name(dtype: Any) -> str:
         raise DTypeError(f"astype: no cast to {name}; coiter casts to {', '.join(CASTS)}")
     return name
 
+
 # the NumPy ufunc of each arithmetic node
 ARITHMETIC: dict[type, np.ufunc] = {Add: np.add, Sub: np.subtract, Mul: np.multiply, Div: np.true_divide}
 
