@@ -828,9 +828,9 @@ def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
     """The expected result, computed in int64/float64/complex128 (bool for bool results;
     integers wrap as the result type's when converted at the end). Products go through
     ``numpy.einsum``, which adds them to a zeroed result, so ``-0.3 * 0.0`` is +0 as in
-    coiter's lattices (``x * 0`` is +0); ``signed_zeros`` multiplies element-wise instead
-    (-0.0: ``1 / (abs(x) * trunc(x))`` is -inf for x = -0.3, as NumPy and coiter compute it
-    on stored values)."""
+    coiter's lattices (``x * 0`` and ``-0`` are +0); ``signed_zeros`` multiplies element-wise
+    and negates instead (-0.0: ``1 / (abs(x) * trunc(x))`` is -inf for x = -0.3, as NumPy and
+    coiter compute it on stored values)."""
     rt = result_dtype(case)
     wide = WIDE[rt.kind]
     total = Counter(v for a in accesses(case.rhs) for v in a.idx)
@@ -851,7 +851,8 @@ def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
             x, labels, uses = case.operands[e.name].data.astype(w), e.idx, Counter(e.idx)
         elif isinstance(e, Neg):
             x, labels, uses = ev(e.x, inside_call, bound, w)
-            x = -x
+            # (a zero's negation is +0 in the lattices' algebra, -0.0 in NumPy's)
+            x = -x if signed_zeros else 0 - x
         elif isinstance(e, Red):
             # any/all reduce their body in its own type (nonzero is true, NaN too)
             inner = WIDE[_argument_type(e, case).kind] if e.op in LOGICAL else w
