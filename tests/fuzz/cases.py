@@ -429,7 +429,7 @@ LOGICAL = ("any", "all")
 
 # Casts drawn (a stream of their own: _with_casts), by the kind of values cast: not to
 # complex in real cases (max, min and comparisons around would refuse it), not to uint64
-# (NumPy compares it with negative literals, coiter refuses them). To an integer or bool
+# (arithmetic with a negative literal is an error for it, in NumPy as in coiter). To an integer
 # only of _finite arguments in cases without NaN/inf: where the lattices' x * 0 = 0 (or a
 # quotient's absent numerator, docs/language.md "Division") meets NaN or inf the reference
 # is non-finite (and left unchecked), and a cast would make it a finite integer. any/all
@@ -503,6 +503,18 @@ def _finite(e: Node) -> bool:
     return not any(risky(n) for n in walk(e))
 
 
+def _is_logical(n: Node) -> bool:
+    return isinstance(n, Red) and n.op in LOGICAL
+
+
+def _testable_logical(e: Node) -> bool:
+    """Whether ``e``'s any/all reduce _finite bodies and sit under no negation or
+    difference (see CASTS_OF)."""
+    minus = [n for n in walk(e) if isinstance(n, Neg) or isinstance(n, Bin) and n.op == "-"]
+    return all(_finite(n.body) for n in walk(e) if _is_logical(n)) and \
+        not any(_is_logical(m) for n in minus for m in walk(n))
+
+
 def _has_calls(e: Node) -> bool:
     return any(isinstance(n, Call) for n in walk(e))
 
@@ -570,9 +582,7 @@ def make_case(seed: int, number: int, exclude_known_bugs: bool = True) -> Case:
         logical = np.random.default_rng([seed, number, 6])  # its own stream: see FLOAT_CALLS
         if logical.random() < 0.15 and not nonfinite:
             tested = _with_reduction(logical, rhs, lhs, dims, LOGICAL)
-            if all(_finite(n.body) for n in walk(tested) if isinstance(n, Red) and n.op in LOGICAL) \
-                    and not any(isinstance(m, Red) and m.op in LOGICAL for n in walk(tested)
-                                if isinstance(n, Neg) or isinstance(n, Bin) and n.op == "-" for m in walk(n)):
+            if _testable_logical(tested):
                 rhs = tested
         casts = np.random.default_rng([seed, number, 7])  # its own stream: see FLOAT_CALLS
         if casts.random() < 0.25:
@@ -653,7 +663,7 @@ def _with_fills(rng: np.random.Generator, case: Case) -> None:
         if not op.container.startswith("coiter") or not op.data.ndim or fmt.is_dense or rng.random() < 0.4:
             continue
         choices = FILLS[op.data.dtype.kind]
-        if any(isinstance(n, Call) and n.fn in DISCRETE or isinstance(n, Red) and n.op in LOGICAL
+        if any(isinstance(n, Call) and n.fn in DISCRETE or _is_logical(n)
                for n in walk(case.rhs)):
             choices = tuple(c for c in choices if "inf" not in c)  # (see CASTS_OF)
         fill = str(choices[rng.integers(len(choices))])
@@ -778,7 +788,7 @@ def _own_type(e: Node, case: Case) -> np.dtype | None:
     """The type of a node whose type is not that of its arguments together: a call's,
     NumPy's output type for them (a comparison's bool, a cast's target, square of bools
     int8, cbrt of them float16), and any/all's (bool)."""
-    if isinstance(e, Red) and e.op in LOGICAL:
+    if _is_logical(e):
         return np.dtype(np.bool_)
     if not isinstance(e, Call):
         return None
@@ -790,14 +800,13 @@ def _own_type(e: Node, case: Case) -> np.dtype | None:
 def _typed_nodes(e: Node) -> list[Node]:
     """The nodes whose types the expression's type comes from: not those inside a call or
     any/all (_own_type)."""
-    if isinstance(e, Call) or isinstance(e, Red) and e.op in LOGICAL:
+    if isinstance(e, Call) or _is_logical(e):
         return [e]
     return [e] + [x for c in _children(e) for x in _typed_nodes(c)]
 
 
 def _argument_type(e: Node, case: Case) -> np.dtype:
-    """The type a comparison, any/all or cast computes its arguments in: NumPy's for them
-    together."""
+    """The type a call or any/all takes its arguments in: NumPy's for them together."""
     return _expression_type(e, case, _children(e))
 
 
