@@ -307,3 +307,19 @@ def test_a_bool_result_of_fills_that_add_up_is_true() -> None:
     got = coiter.evaluate("A(k) = (B(k) + B(k)) * (B(k) * B(k))", B=t, out_format="s")
     assert got.fill_value is True or got.fill_value == np.True_
     np.testing.assert_array_equal(got.to_numpy(), (b + b) * (b * b))
+
+
+@pytest.mark.parametrize("fmt", ["s", "n"])
+@pytest.mark.parametrize("out", ["s", "d"])
+def test_a_float_result_computes_unsigned_fills_in_its_own_type(fmt: str, out: str) -> None:
+    # fuzz seed 2026120207 case 98: the result's fill (where b is absent) was computed in
+    # b's uint32, so -b - b wrapped to 2**32 - 4 where the kernel's float arithmetic (the
+    # result's type, docs/language.md) gives -4 at every stored entry
+    b = np.array([2, 0, 2, 2, 0, 2], dtype=np.uint32)
+    t = coiter.Tensor.from_numpy(b, format=fmt, fill_value=2)
+    got = coiter.evaluate("a(i) = (b(i) + 0.5) + (-b(i) - b(i))", b=t, out_format=out)
+    bf = b.astype(np.float64)
+    np.testing.assert_array_equal(got.to_numpy(), (bf + 0.5) + (-bf - bf))
+    if out == "s":
+        assert got.fill_value == -1.5
+        assert got.nnz == int((b != 2).sum())  # the loops walk b's stored entries only

@@ -16,8 +16,9 @@ lack a full iterator" hold by construction.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from ..notation.ast import (
     Access, Add, BinaryExpr, Call, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg, Reduction, Sub,
     accesses,
 )
-from ..notation.functions import ARITHMETIC, function
+from ..notation.functions import ARITHMETIC, call_dtypes, computation_dtype, function
 from ..notation.reducers import reducer
 
 
@@ -128,43 +129,95 @@ def _number(value: Any) -> Any:
     return np.int8(value) if isinstance(value, (bool, np.bool_)) else value
 
 
-def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[[Access], Any]) -> Node:
+@dataclass(frozen=True)
+class Typing:
+    """The types kernels compute an expression in, for its fills to be the kernels' values:
+    ``dtypes`` of its tensors, and ``context``, the type its arithmetic computes in (the
+    result's: ``-b`` of a uint32 ``b`` in a float result is negative, not 2**32 - b).
+    Intrinsics compute in their loop's type, ``any``/``all`` in their body's."""
+
+    dtypes: Mapping[str, np.dtype]
+    context: np.dtype
+
+
+def _in(value: Any, dtype: np.dtype | None) -> Any:
+    """``value`` converted to ``dtype`` as a kernel converts it (unchanged without one)."""
+    if dtype is None:
+        return value
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NaN to an integer: a kernel's conversion is as arbitrary
+        return np.asarray(value).astype(dtype)[()]
+
+
+def _literal(value: Any, dtype: np.dtype | None) -> Any:
+    """A literal in the computation type ``dtype``, as kernels type it. One beyond the type
+    stays as written: an integer beyond an integer type's range makes a comparison decided
+    (as in NumPy 2), and one beyond a float's is refused by lowering (DTypeError)."""
+    raw = np.asarray(value)[()]
+    if dtype is None:
+        return raw
+    if dtype.kind in "iu" and isinstance(value, int) and not isinstance(value, bool):
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            return raw
+    try:
+        return _in(raw, dtype)
+    except OverflowError:
+        return raw
+
+
+def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[[Access], Any],
+           typing: Typing | None = None, dtype: np.dtype | None = None) -> Node:
+    """``e``'s points and fill; with ``typing``, the fill computed in ``dtype`` (the context's
+    type; its ``context`` at the root) as kernels compute it."""
+    if typing is not None and dtype is None:
+        dtype = np.dtype(typing.context)
     if isinstance(e, Access):
         it = iter_of(e)
-        return ([frozenset({it})], np.asarray(fill_of(e))[()]) if it is not None else ([frozenset()], None)
+        return ([frozenset({it})], _in(np.asarray(fill_of(e))[()], dtype)) if it is not None \
+            else ([frozenset()], None)
     if isinstance(e, Literal):
-        return [], np.asarray(e.value)[()]
+        return [], _literal(e.value, dtype)
     if isinstance(e, Coordinate):
         return [frozenset()], None
     if isinstance(e, Neg):
-        points, fill = _build(e.operand, iter_of, fill_of)
+        points, fill = _build(e.operand, iter_of, fill_of, typing, dtype)
         with np.errstate(all="ignore"):  # unsigned fills wrap, as kernels' values do
-            return points, None if fill is None else -_number(fill)
+            return points, None if fill is None else _in(-_number(fill), dtype)
     if isinstance(e, Reduction):
-        points, fill = _build(e.body, iter_of, fill_of)
-        return points, None if fill is None else reduced_fill(e.op, fill)
+        logical = reducer(e.op).logical
+        body = computation_dtype(e.body, typing.dtypes, np.dtype(np.float64)) \
+            if typing is not None and logical else dtype
+        points, fill = _build(e.body, iter_of, fill_of, typing, body)
+        fill = None if fill is None else reduced_fill(e.op, fill)
+        return points, None if fill is None else _in(fill, dtype)
     if isinstance(e, BinaryExpr):
         op = ARITHMETIC[type(e)]
-        return _binary(lambda x, y: op(_number(x), _number(y)), _build(e.a, iter_of, fill_of),
-                       _build(e.b, iter_of, fill_of), _ABSORBS[type(e)])
+        return _binary(lambda x, y: _in(op(_number(x), _number(y)), dtype),
+                       _build(e.a, iter_of, fill_of, typing, dtype),
+                       _build(e.b, iter_of, fill_of, typing, dtype), _ABSORBS[type(e)])
     if isinstance(e, Call):  # where any argument is, unless a fill absorbs (max with inf)
         f = function(e.fn)
-        args = [_build(arg, iter_of, fill_of) for arg in e.args]
+        loop = None if typing is None else call_dtypes(e, typing.dtypes)[0]
+        args = [_build(arg, iter_of, fill_of, typing, loop) for arg in e.args]
         if len(args) == 2:
-            return _binary(f, args[0], args[1], _CALL_ABSORBS.get(e.fn, _never))
+            return _binary(lambda x, y: _in(f(x, y), dtype), args[0], args[1],
+                           _CALL_ABSORBS.get(e.fn, _never))
         points, fill = args[0]
         if fill is None:
             return points, None
         with np.errstate(all="ignore"):
-            return points, f(fill)
+            return points, _in(f(fill), dtype)
     raise TypeError(f"cannot build a lattice for {type(e).__name__}")
 
 
-def expression_fill(e: Expr, sparse: Callable[[Access], bool], fill_of: Callable[[Access], Any]) -> Any:
+def expression_fill(e: Expr, sparse: Callable[[Access], bool], fill_of: Callable[[Access], Any],
+                    typing: Typing | None = None) -> Any:
     """The value ``e`` takes where none of its ``sparse`` operands stores an entry (their
     absent entries read as ``fill_of``), by the rules loops follow (absorbing fills, reduced
-    fills); None when it has none (a dense operand's values, a sum of nonzero fills)."""
-    return _build(e, lambda a: a if sparse(a) else None, fill_of)[1]  # type: ignore[arg-type, return-value]
+    fills), computed in ``typing``'s types (else in NumPy's for the fills); None when it has
+    none (a dense operand's values, a sum of nonzero fills)."""
+    return _build(e, lambda a: a if sparse(a) else None, fill_of, typing)[1]  # type: ignore[arg-type, return-value]
 
 
 def reduced_fill(op: str, fill: Any) -> Any:
@@ -231,7 +284,8 @@ def _zero_fill(a: Access) -> Any:
 
 
 def build_lattice(e: Expr, iter_of: Callable[[Access], Iter | None],
-                  fill_of: Callable[[Access], Any] = _zero_fill, neutral: Any = 0) -> Lattice:
+                  fill_of: Callable[[Access], Any] = _zero_fill, neutral: Any = 0,
+                  typing: Typing | None = None) -> Lattice:
     """Merge lattice of ``e`` for one index variable.
 
     ``iter_of(access)`` returns the iterator of the access's level for this
@@ -239,8 +293,9 @@ def build_lattice(e: Expr, iter_of: Callable[[Access], Iter | None],
     of its absent entries. Coordinates where ``e`` takes its fill need no visit when that
     fill is ``neutral`` (the result's fill, or the identity of the reduction the loop
     computes); otherwise the lattice holds the empty point and covers every coordinate.
+    With ``typing``, fills are computed in the types the loop computes ``e`` in.
     """
-    points, fill = _build(e, iter_of, fill_of)
+    points, fill = _build(e, iter_of, fill_of, typing)
     if fill is None or not bool(fill == neutral):
         points = points + [frozenset()]
     if not points:  # neutral everywhere (B * 0): walk the intersection, where nothing is done

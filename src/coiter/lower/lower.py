@@ -36,7 +36,7 @@ from ..ir.nodes import (
     While, add, block, conj, eq, lt, mul,
 )
 from ..lattice.lattice import (
-    Iter, Lattice, Point, build_lattice, expression_fill, locate_where_possible, sparse_iters,
+    Iter, Lattice, Point, Typing, build_lattice, expression_fill, locate_where_possible, sparse_iters,
 )
 from ..notation.ast import (
     Access, Add, BinaryExpr, Call as Intrinsic, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg,
@@ -764,8 +764,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                 folded = OPERATORS[decl.reducer].expand([Access(lhs.tensor, ()), s.rhs])
                 return out + [self._write(lhs, IRAssign(t, self.expr(folded, scope, self.dtypes[lhs.tensor])))]
             if reducer(decl.reducer).logical:  # any/all test the body's own value (C's bool: != 0)
-                body = computable(computation_dtype(s.rhs, self.dtypes, np.dtype(np.float64)))
-                value = Cast(c_value_type(np.dtype(np.bool_)), self.expr(s.rhs, scope, body))
+                value = Cast(c_value_type(np.dtype(np.bool_)), self.expr(s.rhs, scope, self.value_dtype(s)))
             else:
                 value = self.expr(s.rhs, scope, self.dtypes[lhs.tensor])  # in the temporary's type
             if s.accumulate and decl.reducer != "sum":
@@ -789,6 +788,16 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                                           scope.coords[self.level_var(lhs, last)])
         out.append(self._write(lhs, IRAssign(Load(self.vals(lhs.tensor), pos), self.expr(s.rhs, scope), op)))
         return out
+
+    def value_dtype(self, s: Assign) -> np.dtype:
+        """The type ``s`` computes its right-hand side in: a scalar temporary's own, any's
+        and all's their body's (they test it for nonzero), else the result's."""
+        decl = self.decls[s.lhs.tensor]
+        if decl.role != "temp" or decl.order != 0:
+            return self.dtypes[self.result]
+        if reducer(decl.reducer).logical:
+            return computable(computation_dtype(s.rhs, self.dtypes, np.dtype(np.float64)))
+        return self.dtypes[s.lhs.tensor]
 
     def _fold(self, op: str, acc: Var, value: IRExpr, dtype: np.dtype) -> IRAssign:
         """``acc`` updated with ``value`` by the reduction operator ``op`` (not a sum)."""
@@ -973,9 +982,11 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             return collapsed
         v = f.var
         vname = self.var(v)
+        produced = produced_assign(f.body)
         lattice = build_lattice(value_expr(f.body, self.reducers),
                                 self.iter_of(scope, v, f.unit == "NotParallel"),
-                                self.absence.fill_of, self.absence.neutral(produced_assign(f.body)))
+                                self.absence.fill_of, self.absence.neutral(produced),
+                                Typing(self.dtypes, self.value_dtype(produced)))
         lattice = locate_where_possible(lattice, self._locatable)
         iters = lattice.iterators
         lo, extent = self._span(v)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import warnings
 import weakref
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
@@ -28,7 +27,7 @@ from ..errors import ArgumentError, FormatError, KernelError, ShapeError
 from ..formats.format import Format
 from ..ir.count import SUPPORT, counted
 from ..formats.storage import INT32_MAX, Storage, check_fill, fill_key
-from ..lattice.lattice import expression_fill
+from ..lattice.lattice import Typing, expression_fill
 from ..lower.intrinsics import computable
 from ..lower.ism import WORKSPACE_KEY_ERROR
 from ..lower.lower import BOUND_ERROR, PATTERN_ERROR, KernelIR, ParamSpec, lower
@@ -294,23 +293,20 @@ class StorageKernel:
     def typed_fills(self, dtypes: Mapping[str, np.dtype]) -> dict[str, Any]:
         """Every tensor's fill value in its type (``dtypes``, the result's included): the
         operands' as given, a sparse result's the value the right-hand side takes where
-        no operand is stored (0 where that varies: every entry is then stored; and in
-        formats that cannot hold another, Format.pads: ``sd`` rows stored for an entry read
-        their other columns as zeros). Operands in such formats have fill 0."""
+        no operand is stored, computed in the result's type as kernels compute it (bools'
+        1 + 1 is True, unsigned -2 wraps; 0 where that varies: every entry is then stored;
+        and in formats that cannot hold another, Format.pads: ``sd`` rows stored for an
+        entry read their other columns as zeros). Operands in such formats have fill 0."""
         out = {name: check_fill(value, dtypes[name]) for name, value in self.fills.items()
                if not self.formats[name].is_dense and not self.formats[name].pads}
         result_format = self.formats[self.result]
         if out and not result_format.is_dense:
             fill = expression_fill(self.plain.rhs, lambda a: not self.formats[a.tensor].is_dense,
-                                   lambda a: np.asarray(out.get(a.tensor, 0), dtypes[a.tensor])[()])
+                                   lambda a: np.asarray(out.get(a.tensor, 0), dtypes[a.tensor])[()],
+                                   Typing(dtypes, dtypes[self.result]))
             # (NaN, as 0 * inf of complex values, is no fill: no entry would equal it)
             if fill is not None and fill == fill and (
                     not result_format.pads or fill_key(fill) == fill_key(0)):
-                # in the result's type as kernels compute it: bools' 1 + 1 is True, unsigned
-                # -2 wraps (the lattice computes bools as 0/1 and in promoted types)
-                with np.errstate(all="ignore"), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    fill = np.asarray(fill).astype(dtypes[self.result])[()]
                 out[self.result] = check_fill(fill, dtypes[self.result])
         return out
 
