@@ -274,3 +274,14 @@ def test_auto_schedule_on_the_gpu_target(monkeypatch: pytest.MonkeyPatch, tmp_pa
     np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
     (trials,) = k.tuner.trials.values()
     assert len(trials) == 3
+
+
+def test_intrinsics_with_c_helpers_run_on_the_device(runner: str) -> None:
+    """max, min, square and casts call C helper functions (each argument evaluated once),
+    which the CUDA translation unit defines for the device."""
+    k = coiter.compile("y(i) = A(i,j) * int64(max(min(x(j) - 0.5, square(x(j))), 0.1) * 10)",
+                       formats={"A": "csr"}, schedule=CASES["spmv_thread_rows"][2], target="cuda")
+    for A in _matrices():
+        x = RNG.random(A.shape[1]) * 2 - 1
+        fx = (np.maximum(np.minimum(x - 0.5, x * x), 0.1) * 10).astype(np.int64)
+        np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ fx, rtol=1e-12)

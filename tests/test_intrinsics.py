@@ -537,3 +537,22 @@ def test_narrow_integers_wrap_at_every_operation(fmt: str) -> None:
         got = coiter.evaluate(text, **{n: coiter.Tensor.from_numpy(x, format=f) for n, x in arrays.items()})
         assert got.dtype == want.dtype, text
         np.testing.assert_array_equal(got.to_numpy(), want, err_msg=text)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])
+def test_nested_functions_evaluate_each_argument_once(dtype: str) -> None:
+    # fuzz seed 62 case 8822, seed 2026120207 case 1795: max, min, abs, square and casts
+    # were inline C expressions naming an argument up to five times, so nesting them
+    # multiplied the source (megabytes of C, compiles of over 20 minutes)
+    rng = np.random.default_rng(7)
+    b, c = (rng.integers(-9, 9, 50).astype(dtype) for _ in range(2))
+    text, ref = "b(i)", b
+    for depth in range(4):
+        if depth % 2:
+            text, ref = f"min(abs({text}), square(c(i)) - 3)", np.minimum(np.abs(ref), c * c - 3)
+        else:
+            text, ref = f"max(int64({text} * 0.5), c(i))", np.maximum((ref * 0.5).astype(np.int64), c)
+    kernel = coiter.compile(f"a(i) = {text}", dtype=dtype)
+    assert len(kernel.source) < 12_000  # a copy of each argument per use: megabytes
+    got = kernel(b=b, c=c).to_numpy()
+    np.testing.assert_allclose(got, ref.astype(got.dtype), rtol=1e-6)

@@ -101,6 +101,24 @@ def test_cflags_are_used_and_part_of_the_key(monkeypatch: pytest.MonkeyPatch) ->
     assert ctypes.CDLL(str(nine)).value() == 9
 
 
+@pytest.mark.parametrize("padding, level", [(0, "-O3"), (300 << 10, "-O1"), (1100 << 10, "-O0")])
+def test_large_sources_compile_at_a_lower_level(monkeypatch: pytest.MonkeyPatch, padding: int,
+                                                level: str) -> None:
+    # GCC's -O3 took over 10 minutes on one 1 MB kernel (a many-way merge's lattice cases)
+    commands: list[list[str]] = []
+    run = compiler._run
+
+    def recording(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        commands.append(list(argv))
+        return run(argv)
+
+    monkeypatch.setattr(compiler, "_run", recording)
+    source = ADD_SOURCE + "/*" + " " * padding + "*/\n"
+    assert _add(load_library(source))(2, 40) == 42
+    build = next(argv for argv in commands if "-shared" in argv)
+    assert [flag for flag in build if flag.startswith("-O")][-1] == level
+
+
 def test_loaded_libraries_follow_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process that changes COITER_CFLAGS (or CC) loads the library built with the new
     flags, not the one loaded before under the same source."""

@@ -34,3 +34,14 @@ def test_fuzz_slice_matches_numpy(first: int) -> None:
             failures.append(f"case {n} [{outcome.kind}] {outcome.detail}\n    {case.describe()}")
     assert not failures, (f"seed {seed}: {len(failures)} of cases {first}-{first + CHUNK - 1} "
                           "failed:\n" + "\n".join(failures))
+
+
+@pytest.mark.parametrize("seed, number", [
+    (2026120207, 98),  # a uint32 difference in a float result: its fill wrapped at 32 bits
+    (2026120207, 1795),  # nested casts, min, square: inline C copied arguments (over 300 s)
+    (62, 8822),  # five sparse operands merged at three loops: 1 MB of C, cc1 over 20 min at -O3
+])
+def test_cases_the_fuzzer_found(seed: int, number: int) -> None:
+    case = make_case(seed, number)
+    outcome = run_case(case)
+    assert outcome.kind not in FAILURES, f"[{outcome.kind}] {outcome.detail}\n    {case.describe()}"

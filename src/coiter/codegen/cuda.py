@@ -19,6 +19,7 @@ array to the device, launches, copies the result's values back and frees.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 from ..errors import ScheduleError
@@ -39,6 +40,7 @@ CUDA_ERROR = 4  # host function's return code when a CUDA runtime call fails
 ACCUMULATE = frozenset({"double", "float", "int32_t", "int64_t"})  # atomicAdd and shuffles
 DEVICE_CALLS = frozenset({"COITER_MIN", "COITER_MAX", "coiter_sum", "coiter_hash_locate"})
 GRID = "coiter_grid"
+_HELPER = re.compile(r"^static inline [^(]*?(\w+)\(", re.MULTILINE)
 VALUES = ("vals", "shared_vals")  # kinds of ParamSpec holding a tensor's values
 
 PREAMBLE = """\
@@ -137,7 +139,7 @@ def module(ir: KernelIR, formats: Mapping[str, Format], index_max: str) -> str:
         if "_Complex" in p.ctype:
             raise ScheduleError(f"{p.name}: the CUDA back end has no complex values")
     pre, loop, post = _split(fn)
-    kernel = _Kernel(fn, loop, pre)
+    kernel = _Kernel(fn, loop, pre, _defined(ir.support))
     device = kernel.function()
     host = Function(fn.name, fn.params, block(
         [_host(s) for s in pre],
@@ -145,8 +147,17 @@ def module(ir: KernelIR, formats: Mapping[str, Format], index_max: str) -> str:
         [_host(s) for s in post],
     ), returns='extern "C" int')
     preamble = PREAMBLE.format(index_max=index_max, warp=WARP, error=CUDA_ERROR)
+    # the C helpers intrinsics call (coiter_max_double...), for the device as for the host
+    support = "".join(text.replace("static inline", "__host__ __device__ static inline")
+                      for text in ir.support)
     packed = packed_entry(host, returns='extern "C" int')
-    return f"{preamble}\n{function(device)}\n\n{function(host)}\n\n{packed}\n"
+    return f"{preamble}\n{support}\n{function(device)}\n\n{function(host)}\n\n{packed}\n"
+
+
+def _defined(support: tuple[str, ...]) -> frozenset[str]:
+    """The functions the C helpers in ``support`` define (intrinsics' coiter_max_double...),
+    which the module defines for the device too."""
+    return frozenset(m.group(1) for text in support for m in _HELPER.finditer(text))
 
 
 def _split(fn: Function) -> tuple[list[IRStmt], For, list[IRStmt]]:
@@ -216,8 +227,9 @@ def _inside(s: IRStmt, outer: IRStmt) -> bool:
 class _Kernel:
     """The ``__global__`` function for the GPUBlock loop ``loop`` of ``fn``."""
 
-    def __init__(self, fn: Function, loop: For, pre: list[IRStmt]) -> None:
+    def __init__(self, fn: Function, loop: For, pre: list[IRStmt], helpers: frozenset[str]) -> None:
         self.fn = fn
+        self.device_calls = DEVICE_CALLS | helpers
         self.types = {p.name: p.ctype for p in fn.params}
         self.types.update({s.name: s.ctype for s in walk(fn.body) if isinstance(s, Decl)})
         self.host_decls = {s.name: s for x in pre for s in walk(x) if isinstance(s, Decl)}
@@ -302,7 +314,7 @@ class _Kernel:
     def stmt(self, s: IRStmt, bound: frozenset[str]) -> IRStmt:
         """``s`` as device code where the GPU units ``bound`` are mapped."""
         for x in (e for e in exprs(s) for e in subexprs(e)):
-            if isinstance(x, Call) and x.fn not in DEVICE_CALLS:
+            if isinstance(x, Call) and x.fn not in self.device_calls:
                 raise ScheduleError(f"{x.fn}() cannot run in a GPU loop (allocation or sorting: a "
                                     "workspace, a sparse result or an unordered operand)")
         if isinstance(s, For) and s.unit:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DTypeError
-from ..ir.nodes import Bin, Call, Cast, Const, IRExpr, Select, Un
+from ..ir.nodes import Bin, Call, Cast, IRExpr, Un
 from ..notation.functions import function
 from .types import VALUE_TYPES, c_value_type
 
@@ -68,7 +68,29 @@ def computable(dtype: np.dtype) -> np.dtype:
     return np.dtype({"i": np.int64, "u": np.uint64, "c": np.complex128}.get(dtype.kind, np.float64))
 
 
-def _cast(x: IRExpr, source: np.dtype, target: np.dtype) -> IRExpr:
+def _define(ctype: str, name: str, params: str, body: str, support: dict[str, None]) -> str:
+    """``name``, a C function of ``params`` returning ``body`` of type ``ctype``, defined
+    once in ``support``."""
+    support.setdefault(f"static inline {ctype} {name}({params}) {{ return {body}; }}\n", None)
+    return name
+
+
+def _inline(name: str, ctype: str, params: tuple[str, ...], body: str, args: list[IRExpr],
+            support: dict[str, None]) -> IRExpr:
+    """A call of the C function ``name`` of ``params`` (each of type ``ctype``, as its
+    result) returning ``body``. A function evaluates each argument once where an inline
+    expression copies it per use: ``max`` of ``max`` of ``max``... grew as 4**depth
+    (megabytes of C for five nested calls)."""
+    signature = ", ".join(f"{ctype} {p}" for p in params)
+    return Call(_define(ctype, name, signature, body, support), tuple(args))
+
+
+def _identifier(ctype: str) -> str:
+    """A C type as part of a function's name (``double _Complex``: ``double_Complex``)."""
+    return ctype.replace(" ", "")
+
+
+def _cast(x: IRExpr, source: np.dtype, target: np.dtype, support: dict[str, None]) -> IRExpr:
     """``x`` (of type ``source``) converted to ``target`` as NumPy's ``astype`` does on x86:
     complex to real keeps the real part; a float beyond a signed type's range, or NaN,
     becomes the type's minimum (C leaves that undefined)."""
@@ -76,23 +98,26 @@ def _cast(x: IRExpr, source: np.dtype, target: np.dtype) -> IRExpr:
     if source.kind == "c" and target.kind != "c":
         x = Call("creal", (x,)) if target.kind != "b" else x
         source = np.dtype(np.float64)
-    if source.kind in "fc" and target == np.uint64:
-        # x86's conversion, as NumPy's: below 2**63 through int64, from 2**63 on through
-        # int64 of x - 2**63 with the top bit set back (so NaN gives 2**63, -1.5 gives
-        # 2**64 - 1, and 2**64 or more gives 0)
-        top = Cast(ctype, Const(-2**63))
-        high = Bin("^", Cast(ctype, _to_int64(Bin("-", x, Const(2.0**63)))), top)
-        return Select(Bin(">=", x, Const(2.0**63)), high, Cast(ctype, _to_int64(x)))
     if source.kind in "fc" and target.kind in "iu":
-        info = np.iinfo(target)
-        inside = Bin("&&", Bin(">=", x, Const(float(info.min))), Bin("<", x, Const(-float(info.min))))
-        return Select(inside, Cast(ctype, x), Const(int(info.min)))
+        return Call(_integer_conversion(c_value_type(source), target, support), (x,))
     return Cast(ctype, x)
 
 
-def _to_int64(x: IRExpr) -> IRExpr:
-    """A float ``x`` as int64 the x86 way: NaN and values out of range give its minimum."""
-    return _cast(x, np.dtype(np.float64), np.dtype(np.int64))
+def _integer_conversion(source: str, target: np.dtype, support: dict[str, None]) -> str:
+    """The C function (defined in ``support``) converting a float of C type ``source`` to
+    the integer type ``target`` the x86 way, as NumPy's conversion does: NaN and values out
+    of range give its minimum; uint64 from 2**63 on goes through int64 of x - 2**63 with the
+    top bit set back (so NaN gives 2**63, -1.5 gives 2**64 - 1, and 2**64 or more gives 0)."""
+    ctype = c_value_type(target)
+    name = f"coiter_{target.name}_of_{_identifier(source)}"
+    if target == np.uint64:
+        int64 = _integer_conversion("double", np.dtype(np.int64), support)
+        top = 2.0 ** 63
+        body = f"x >= {top!r} ? ((uint64_t){int64}(x - {top!r}) ^ (UINT64_C(1) << 63)) : (uint64_t){int64}(x)"
+    else:
+        low = float(np.iinfo(target).min)
+        body = f"x >= {low!r} && x < {-low!r} ? ({ctype})x : INT{8 * target.itemsize}_MIN"
+    return _define(ctype, name, f"{source} x", body, support)
 
 
 def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str, None]) -> IRExpr:
@@ -100,7 +125,7 @@ def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str
     (``abs`` of complex: its real type); C helpers it needs go into ``support``."""
     f, kind = function(fn), np.dtype(dtype).kind
     if f.cast:
-        return _cast(args[0], np.dtype(dtype), computable(np.dtype(f.cast)))
+        return _cast(args[0], np.dtype(dtype), computable(np.dtype(f.cast)), support)
     if fn in COMPARISONS:
         if kind == "c" and fn not in ("eq", "neq"):
             raise DTypeError(f"{fn} of complex values is not supported (NumPy orders them "
@@ -110,25 +135,23 @@ def intrinsic_ir(fn: str, args: list[IRExpr], dtype: np.dtype, support: dict[str
         return Bin("&&" if fn == "and" else "||", args[0], args[1])
     if fn == "not":
         return Un("!", args[0])
+    ctype = c_value_type(dtype)
     if fn in ("max", "min"):
-        a, b = args
         if kind == "c":
             raise DTypeError(f"{fn} of complex values is not supported")
-        pick = Select(Bin(">" if fn == "max" else "<", a, b), a, b)
-        if kind == "f":  # NaN wins, from either side (a literal is no NaN unless it is one)
-            for x in (b, a):
-                if not (isinstance(x, Const) and x.value == x.value):
-                    pick = Select(Bin("!=", x, x), x, pick)
-        return pick
+        pick = f"a {'>' if fn == 'max' else '<'} b ? a : b"
+        if kind == "f":  # NaN wins, from either side
+            pick = f"a != a ? a : (b != b ? b : ({pick}))"
+        return _inline(f"coiter_{fn}_{_identifier(ctype)}", ctype, ("a", "b"), pick, args, support)
     if fn == "square":
-        return Bin("*", args[0], args[0])
+        return _inline(f"coiter_square_{_identifier(ctype)}", ctype, ("x",), "x * x", args, support)
     if fn == "conj" and kind != "c":
         return args[0]
     if kind in "biu":
         if fn in ("ceil", "floor", "trunc") or (fn == "abs" and kind == "b"):
             return args[0]
         if fn == "abs":
-            return Select(Bin("<", args[0], Const(0)), Un("-", args[0]), args[0])
+            return _inline(f"coiter_abs_{_identifier(ctype)}", ctype, ("x",), "x < 0 ? -x : x", args, support)
         if fn == "pow":
             support.setdefault(INTEGER_POW, None)
             return Call("coiter_ipow", tuple(args))

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -141,12 +141,23 @@ def require_sanitizer_runtime() -> None:
     )
 
 
+# Sources this large are compiled at a lower level (the last -O wins). GCC's -O3 time grows
+# faster than the size of one function: a kernel merging five sparse operands at each of
+# three loops (thousands of lattice cases, 1 MB of C) took over 10 minutes at -O3, 40 s
+# at -O1 and 4 s at -O0. The largest kernels of the test suite and benchmarks hold 210 KB.
+OPTIMIZATION_BY_SIZE = ((1 << 20, "-O0"), (256 << 10, "-O1"))
+
+
 def compile_library(source: str, *, openmp: bool = True, fast_math: bool = False) -> Path:
     """Compile C ``source`` into a shared library and return its path, reusing the disk cache.
 
     Raises :class:`CompileError` when the compiler is missing or rejects the source.
     """
-    return build_cached(source, _toolchain(openmp, fast_math), ".c", ("-lm",), "C")
+    toolchain = _toolchain(openmp, fast_math)
+    level = next((flag for size, flag in OPTIMIZATION_BY_SIZE if len(source) > size), None)
+    if level is not None:
+        toolchain = replace(toolchain, flags=(*toolchain.flags, level))
+    return build_cached(source, toolchain, ".c", ("-lm",), "C")
 
 
 def build_cached(source: str, toolchain: Toolchain, suffix: str, libs: tuple[str, ...],
