@@ -409,6 +409,22 @@ def test_a_float_power_stays_one_where_the_float_operand_is_absent(text: str, nu
     np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("fmt", ["ss", "uq", "ds", "dd"])
+@pytest.mark.parametrize("text, numpy", [
+    ("a(i) = pow(D(k,i) - 3, -2)", lambda d: ((d - 3) ** -2.0).sum(axis=0)),
+    ("a(i) = pow(3 - D(k,i), -3)", lambda d: ((3 - d) ** -3.0).sum(axis=0)),
+    ("a(i) = pow(2 * D(k,i) - 4, -1) + 1", lambda d: ((2 * d - 4) ** -1.0).sum(axis=0) + 1),
+])
+def test_a_float_power_of_a_folded_difference_survives_the_inner_loops(fmt: str, text: str, numpy) -> None:
+    """Where D is absent, ``D(k,i) - 3`` folds to ``-3 + 0.0`` (a float, so ``pow`` stays
+    a float power); the loop over ``i`` inside folded it again to the int ``-3`` and the
+    integer power 0 dropped the absent rows' terms (fuzz seed 66 case 1412)."""
+    d = np.zeros((3, 4))
+    d[1, 2], d[2, 0] = 5.0, -1.0
+    got = coiter.evaluate(text, D=coiter.Tensor.from_numpy(d, format=fmt), out_format="d")
+    np.testing.assert_allclose(got.to_numpy(), numpy(d))
+
+
 @pytest.mark.parametrize("fmt", ["s", "d"])
 def test_a_difference_of_int32_and_uint64_is_a_float_where_one_is_absent(fmt: str) -> None:
     """NumPy computes int32 - uint64 in float64: where the int32 ``e`` is absent the case's

@@ -40,6 +40,7 @@ def test_fuzz_slice_matches_numpy(first: int) -> None:
     (2026120207, 98),  # a uint32 difference in a float result: its fill wrapped at 32 bits
     (2026120207, 1795),  # nested casts, min, square: inline C copied arguments (over 300 s)
     (62, 8822),  # five sparse operands merged at three loops: 1 MB of C, cc1 over 20 min at -O3
+    (66, 1412),  # an absent operand's folded -3 + 0.0 lost its float kind in an inner loop
 ])
 def test_cases_the_fuzzer_found(seed: int, number: int) -> None:
     case = make_case(seed, number)

@@ -229,9 +229,8 @@ class Absence:
         (1/9, not 0), as does ``pow(c(i) + b(i), -1)`` of an int ``c`` where ``b`` is
         absent (1/c, not the integer power's 0). Integer kinds stay as written: arithmetic
         outside intrinsics computes in the result's type (``-2`` of ``uint64 b(l) + -2`` in
-        a float result is -2.0, not 2**64 - 2)."""
-        if not _typed(e):
-            return x
+        a float result is -2.0, not 2**64 - 2). An ``e`` of literals only has their kind: an
+        inner loop simplifies ``-3 + 0.0`` again, and must not give the int ``-3`` back."""
         want, have = self._dtype(e), self._dtype(x)
         if want.kind not in "fc" or _KIND_RANK[want.kind] <= _KIND_RANK[have.kind]:
             return x
