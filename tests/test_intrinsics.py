@@ -572,3 +572,15 @@ def test_nested_functions_evaluate_each_argument_once(dtype: str) -> None:
     assert len(kernel.source) < 12_000  # a copy of each argument per use: megabytes
     got = kernel(b=b, c=c).to_numpy()
     np.testing.assert_allclose(got, ref.astype(got.dtype), rtol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["s", "d"])
+def test_a_negated_absent_entry_is_a_negative_zero(fmt: str) -> None:
+    """``-b(i)`` where ``b`` is absent is -0.0, as NumPy negates a zero: ``1 / -b(i)`` is
+    -inf there (it was +inf: the case folded the negation to +0), and ``0 - b(i)`` is +0
+    (it was folded to ``-b(i)``)."""
+    b = np.array([0.0, 2.0, 0.0, -4.0])
+    t = coiter.Tensor.from_numpy(b, format=fmt)
+    with np.errstate(divide="ignore"):
+        for text, want in [("a(i) = 1 / -b(i)", 1 / -b), ("a(i) = 1 / (0 - b(i))", 1 / (0 - b))]:
+            np.testing.assert_array_equal(coiter.evaluate(text, b=t).to_numpy(), want, err_msg=text)

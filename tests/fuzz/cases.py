@@ -837,7 +837,7 @@ def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
     """The expected result, computed in int64/float64/complex128 (bool for bool results;
     integers wrap as the result type's when converted at the end). Products go through
     ``numpy.einsum``, which adds them to a zeroed result, so ``-0.3 * 0.0`` is +0 as in
-    coiter's lattices (``x * 0`` and ``-0`` are +0); ``signed_zeros`` multiplies element-wise
+    coiter's lattices (``x * 0`` is +0); ``signed_zeros`` multiplies element-wise
     and negates instead (-0.0: ``1 / (abs(x) * trunc(x))`` is -inf for x = -0.3, as NumPy and
     coiter compute it on stored values)."""
     rt = result_dtype(case)
@@ -860,7 +860,8 @@ def reference(case: Case, signed_zeros: bool = False) -> np.ndarray:
             x, labels, uses = case.operands[e.name].data.astype(w), e.idx, Counter(e.idx)
         elif isinstance(e, Neg):
             x, labels, uses = ev(e.x, inside_call, bound, w)
-            # (a zero's negation is +0 in the lattices' algebra, -0.0 in NumPy's)
+            # (+0 beside einsum's +0 products; -0.0, NumPy's and coiter's negated zero, in
+            # the signed-zero variant: entries where the two differ are not compared)
             x = -x if signed_zeros else 0 - x
         elif isinstance(e, Red):
             # any/all reduce their body in its own type (nonzero is true, NaN too)

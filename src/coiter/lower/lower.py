@@ -216,11 +216,13 @@ class Absence:
         it is left in)."""
         return Literal(np.asarray(self.fill(a.tensor), self.decls[a.tensor].dtype)[()].item())
 
-    def zero(self, e: Expr) -> Literal:
+    def zero(self, e: Expr, negated: bool = False) -> Literal:
         """A zero of ``e``'s type, for ``e`` folded away (0.0 for a float product): an int 0
         would make an enclosing ``pow(b(i) * c(i), -1)`` an integer power, 0 where the
-        kernel must give inf."""
-        return Literal(np.zeros((), self._dtype(e)).item())
+        kernel must give inf. ``negated``: -0.0 for floats, as NumPy negates a zero
+        (``1 / -b(i)`` is -inf where ``b`` is absent)."""
+        zero = np.zeros((), self._dtype(e))
+        return Literal((-zero if negated and zero.dtype.kind in "fc" else zero).item())
 
     def typed_like(self, x: Expr, e: Expr) -> Expr:
         """``x``, what ``e`` folded into (``b(i) + 3`` into ``3`` where ``b`` is absent), a
@@ -316,7 +318,7 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
         return absence.literal(e) if e in zero else e
     if isinstance(e, Neg):
         a = simplify(e.operand, zero, absence)
-        return absence.zero(e) if _is_zero(a) else _settled(Neg(a), e, absence)
+        return absence.zero(e, negated=True) if _is_zero(a) else _settled(Neg(a), e, absence)
     if isinstance(e, BinaryExpr):
         a, b = simplify(e.a, zero, absence), simplify(e.b, zero, absence)
         absorbed = _absorbed(e, a, b)
@@ -331,11 +333,8 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
                 return absence.typed_like(b, e)
             if _is_zero(b):
                 return absence.typed_like(a, e)
-        if isinstance(e, Sub):
-            if _is_zero(b):
-                return absence.typed_like(a, e)
-            if _is_zero(a):
-                return absence.typed_like(Neg(b), e)
+        if isinstance(e, Sub) and _is_zero(b):  # (0 - b is no -b: +0 for b = 0, as in NumPy)
+            return absence.typed_like(a, e)
         return _settled(type(e)(a, b), e, absence)
     if isinstance(e, Intrinsic):
         args = tuple(simplify(x, zero, absence) for x in e.args)
