@@ -336,8 +336,9 @@ def simplify(e: Expr, zero: frozenset, absence: Absence) -> Expr:
         if isinstance(e, Sub):
             if _is_zero(b):
                 return absence.typed_like(a, e)
-            if _is_zero(a):  # 0 - b is no -b (+0 for b = 0, as in NumPy); in e's kind, as
-                # an absent int32's literal 0 is weak (int32 - uint64 is a float)
+            if _is_zero(a):
+                # 0 - b, not -b (+0 for b = 0, as in NumPy), in e's kind: an absent int32
+                # reads as a weak literal 0, and int32 - uint64 is a float
                 return absence.typed_like(_settled(Sub(a, b), e, absence), e)
         return _settled(type(e)(a, b), e, absence)
     if isinstance(e, Intrinsic):
