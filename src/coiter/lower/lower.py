@@ -766,10 +766,9 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                 # a user's operator folds by its body: t = op(t, value)
                 folded = OPERATORS[decl.reducer].expand([Access(lhs.tensor, ()), s.rhs])
                 return out + [self._write(lhs, IRAssign(t, self.expr(folded, scope, self.dtypes[lhs.tensor])))]
+            value = self.expr(s.rhs, scope, self.value_dtype(s))
             if reducer(decl.reducer).logical:  # any/all test the body's own value (C's bool: != 0)
-                value = Cast(c_value_type(np.dtype(np.bool_)), self.expr(s.rhs, scope, self.value_dtype(s)))
-            else:
-                value = self.expr(s.rhs, scope, self.dtypes[lhs.tensor])  # in the temporary's type
+                value = Cast(c_value_type(np.dtype(np.bool_)), value)
             if s.accumulate and decl.reducer != "sum":
                 return out + [self._write(lhs, self._fold(decl.reducer, t, value, self.dtypes[lhs.tensor]))]
             return out + [self._write(lhs, IRAssign(t, value, op))]
