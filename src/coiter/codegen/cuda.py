@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from ..errors import ScheduleError
 from ..formats.format import Format
@@ -509,7 +510,7 @@ def _map(s: IRStmt, fn: Callable[[IRStmt], IRStmt | None]) -> IRStmt:
     if new is not None:
         return new
     if isinstance(s, Block):
-        return Block(tuple(_map(x, fn) for x in s.stmts))
+        return replace(s, stmts=tuple(_map(x, fn) for x in s.stmts))
     if isinstance(s, For):
         return For(s.var, s.ctype, s.start, s.end, _map(s.body, fn), s.pragma, s.unroll, s.unit)
     if isinstance(s, While):

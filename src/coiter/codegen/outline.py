@@ -60,7 +60,7 @@ def outline_parallel_bodies(fn: Function) -> tuple[list[Function], Function]:
 
     def rewrite(s: IRStmt) -> IRStmt:
         if isinstance(s, Block):
-            return Block(tuple(rewrite(x) for x in s.stmts))
+            return replace(s, stmts=tuple(rewrite(x) for x in s.stmts))
         if isinstance(s, For) and s.pragma and s.pragma.startswith("omp parallel for"):
             chunked = _by_chunks(fn, s, params, local_arrays, chunks)
             if chunked is not None:
@@ -171,7 +171,7 @@ def _call_chunks(s: IRStmt, chunks: list[tuple[For, Function]]) -> IRStmt:
                                                    *(Var(p.name) for p in helper.params[2:]))))
         return replace(s, body=_call_chunks(s.body, chunks))
     if isinstance(s, Block):
-        return Block(tuple(_call_chunks(x, chunks) for x in s.stmts))
+        return replace(s, stmts=tuple(_call_chunks(x, chunks) for x in s.stmts))
     if isinstance(s, If):
         other = None if s.otherwise is None else _call_chunks(s.otherwise, chunks)
         return replace(s, then=_call_chunks(s.then, chunks), otherwise=other)

@@ -27,7 +27,7 @@ def _zero_fill(s: For) -> bool:
 
 def _counted(s: IRStmt) -> IRStmt:
     if isinstance(s, Block):
-        return Block(tuple(_counted(x) for x in s.stmts))
+        return replace(s, stmts=tuple(_counted(x) for x in s.stmts))
     if isinstance(s, For) and _zero_fill(s):
         return s
     if isinstance(s, (For, While)):

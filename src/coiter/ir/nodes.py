@@ -108,6 +108,12 @@ class Block(IRStmt):
 
 
 @dataclass(frozen=True)
+class Scoped(Block):
+    """A Block that :func:`block` keeps whole: a C scope of its own, whose declarations
+    end with it."""
+
+
+@dataclass(frozen=True)
 class For(IRStmt):
     """``for (ctype var = start; var < end; var++)``; ``start`` None continues an existing var."""
 
@@ -199,13 +205,14 @@ THREADS_BRANCH = Bin(">", Call("COITER_THREADS", ()), Const(1))
 
 
 def block(*items: IRStmt | Block | list | tuple | None) -> Block:
-    """Flatten statements, nested lists and Blocks into one Block (dropping Nones)."""
+    """Flatten statements, nested lists and Blocks (not Scoped ones) into one Block
+    (dropping Nones)."""
     out: list[IRStmt] = []
 
     def add(x: object) -> None:
         if x is None:
             return
-        if isinstance(x, Block):
+        if isinstance(x, Block) and not isinstance(x, Scoped):
             out.extend(x.stmts)
         elif isinstance(x, (list, tuple)):
             for y in x:

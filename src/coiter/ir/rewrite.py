@@ -26,7 +26,7 @@ def map_loops(s: IRStmt, rewrite: LoopRewrite, scope: dict[str, str] | None = No
             out.append(map_loops(x, rewrite, inner))
             if isinstance(x, Decl):
                 inner[x.name] = x.ctype
-        return Block(tuple(out))
+        return replace(s, stmts=tuple(out))
     if isinstance(s, For):
         new = rewrite(s, scope)
         return new if new is not None else replace(s, body=map_loops(s.body, rewrite, scope))

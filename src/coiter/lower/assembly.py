@@ -240,7 +240,7 @@ def no_returns(stmts: list[IRStmt], label: str) -> list[IRStmt]:
         if isinstance(s, Return):
             return block(Pragma("omp atomic write", IRAssign(Var(RC), s.value)), Goto(label))
         if isinstance(s, Block):
-            return Block(tuple(fix(x) for x in s.stmts))
+            return replace(s, stmts=tuple(fix(x) for x in s.stmts))
         if isinstance(s, For):
             return replace(s, body=fix(s.body))
         if isinstance(s, While):

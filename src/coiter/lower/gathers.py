@@ -78,7 +78,7 @@ class _Fetcher:
         branches (the partial-sum versions, the serial/parallel choice) to the outermost
         loops, so that no loop is copied more often than needed."""
         if isinstance(s, Block):
-            return Block(tuple(self.version(x) for x in s.stmts))
+            return replace(s, stmts=tuple(self.version(x) for x in s.stmts))
         if isinstance(s, If):
             other = None if s.otherwise is None else self.version(s.otherwise)
             return replace(s, then=self.version(s.then), otherwise=other)
@@ -138,7 +138,7 @@ class _Fetcher:
         it makes outside loops (:mod:`.short_runs`)."""
         if isinstance(s, Block):
             stmts = tuple(y for x in s.stmts for y in self._run_fetches(x))
-            return s if stmts == s.stmts else Block(stmts)
+            return s if stmts == s.stmts else replace(s, stmts=stmts)
         if isinstance(s, If):
             then = self._fetch_runs(s.then)
             other = None if s.otherwise is None else self._fetch_runs(s.otherwise)

@@ -31,7 +31,7 @@ def drop_unread_zero_fill(body: Block, written: set[str]) -> Block:
         if isinstance(s, Assign):
             return replace(s, value=_plain_realloc(s.value, read))
         if isinstance(s, Block):
-            return Block(tuple(fix(x) for x in s.stmts))
+            return replace(s, stmts=tuple(fix(x) for x in s.stmts))
         if isinstance(s, (For, While, Region)):
             return replace(s, body=fix(s.body))
         if isinstance(s, If):

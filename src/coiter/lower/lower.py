@@ -32,8 +32,8 @@ from ..formats.levels.base import Level, LevelNames, ParentPos
 from ..formats.storage import fill_key
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function,
-    If, IRExpr, IRStmt, Load, Max, Min, Param, Pragma, Return, Select, THREADS_BRANCH, Un, Var,
-    While, add, block, conj, eq, lt, mul,
+    If, IRExpr, IRStmt, Load, Max, Min, Param, Pragma, Return, Scoped, Select, THREADS_BRANCH, Un,
+    Var, While, add, block, conj, eq, lt, mul,
 )
 from ..lattice.lattice import (
     Iter, Lattice, Point, Typing, build_lattice, expression_fill, locate_where_possible, sparse_iters,
@@ -666,12 +666,19 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         if isinstance(s, Where):
             return self.lower_where(s, scope)
         if isinstance(s, Sequence):
-            return self.lower(s.define, scope) + self.lower(s.mutate, scope)
+            return self._scoped(s.define, scope) + self._scoped(s.mutate, scope)
         if isinstance(s, Multi):
             return self.lower(s.left, scope) + self.lower(s.right, scope)
         if isinstance(s, Assign):
             return self.lower_assign(s, scope)
         raise TypeError(type(s).__name__)
+
+    def _scoped(self, s: Stmt, scope: Scope) -> list[IRStmt]:
+        """``s`` lowered, in a C block of its own where it declares variables: the statements
+        of a sequence may declare the same ones (a dense loop's index, where a sparse
+        operand with a nonzero fill walks it)."""
+        out = self.lower(s, scope)
+        return [Scoped(tuple(out))] if any(isinstance(x, Decl) for x in out) else out
 
     def lower_where(self, w: Where, scope: Scope) -> list[IRStmt]:
         out: list[IRStmt] = []

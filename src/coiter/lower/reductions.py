@@ -64,7 +64,7 @@ def _map(s: IRStmt, f: Callable[[Assign], IRStmt]) -> IRStmt:
     if isinstance(s, Assign):
         return f(s)
     if isinstance(s, Block):
-        return Block(tuple(_map(x, f) for x in s.stmts))
+        return replace(s, stmts=tuple(_map(x, f) for x in s.stmts))
     if isinstance(s, (For, While)):
         return replace(s, body=_block(_map(s.body, f)))
     if isinstance(s, If):

@@ -284,7 +284,8 @@ class StorageKernel:
                               equations=self.equations, padded=self.padding,
                               gather=None if self.gather is None else
                               frozenset(IndexVar(n) for n in self.gather),
-                              fills=self.typed_fills(all_dtypes), pattern_of=self.pattern_of)
+                              fills=self.typed_fills(all_dtypes), pattern_of=self.pattern_of,
+                              scatter_sums=not commands and self.tuner is None)
             for command in commands:
                 prog = apply_command(prog, command)
             self._programs[key] = prog
