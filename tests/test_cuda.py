@@ -285,3 +285,34 @@ def test_intrinsics_with_c_helpers_run_on_the_device(runner: str) -> None:
         x = RNG.random(A.shape[1]) * 2 - 1
         fx = (np.maximum(np.minimum(x - 0.5, x * x), 0.1) * 10).astype(np.int64)
         np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ fx, rtol=1e-12)
+
+
+MATH = "y(i) = A(i,j) * (sqrt(abs(x(j))) + exp(x(j)) * pow(x(j), 2) - atan2(x(j), 2) + floor(hypot(x(j), 3)))"
+
+
+def _math_reference(A: sp.csr_array, x: np.ndarray) -> np.ndarray:
+    return A @ (np.sqrt(np.abs(x)) + np.exp(x) * x**2 - np.arctan2(x, 2) + np.floor(np.hypot(x, 3)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_math_functions_run_in_gpu_loops(dtype: type, runner: str) -> None:
+    """C's math functions (sqrt, and sqrtf for float32...) are device functions in CUDA: GPU
+    loops call them (they were refused as calls the device has not)."""
+    k = coiter.compile(MATH, formats={"A": "csr"}, schedule=CASES["spmv_thread_rows"][2], target="cuda")
+    for A in _matrices():
+        A = A.astype(dtype)
+        x = (RNG.random(A.shape[1]) * 4 - 2).astype(dtype)
+        got = k(A=A, x=x).to_numpy()
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, _math_reference(A.astype(np.float64), x.astype(np.float64)),
+                                   rtol=1e-12 if dtype == np.float64 else 1e-4)
+
+
+def test_math_functions_compile_for_the_device() -> None:
+    """nvcc builds the module whose GPU loop calls them (no GPU needed to build)."""
+    if nvcc_command() is None:
+        pytest.skip("nvcc not found")
+    for dtype in ("float64", "float32"):
+        k = coiter.compile(MATH, formats={"A": "csr"}, schedule=CASES["spmv_thread_rows"][2],
+                           target="cuda", dtype=dtype)
+        assert re.search(r"sqrtf?\(", k.source) and "__global__" in k.source

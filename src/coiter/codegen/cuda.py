@@ -32,6 +32,7 @@ from ..ir.nodes import (
 )
 from ..ir.visit import assigned, children, declared, exprs, names, subexprs, used, walk
 from ..lower.lower import KernelIR
+from ..notation.functions import FUNCTIONS
 from .c import function, packed_entry
 
 WARP = 32
@@ -40,6 +41,9 @@ GRID_BLOCK = 256  # threads per block of a GPUThread loop that no GPUBlock loop 
 CUDA_ERROR = 4  # host function's return code when a CUDA runtime call fails
 ACCUMULATE = frozenset({"double", "float", "int32_t", "int64_t"})  # atomicAdd and shuffles
 DEVICE_CALLS = frozenset({"COITER_MIN", "COITER_MAX", "coiter_sum", "coiter_hash_locate"})
+# C99's real math functions (sqrt, expf...), which CUDA's device code has too; not its
+# complex ones (csqrt...), which CUDA C++ has none of
+MATH_CALLS = frozenset(f.c_name + suffix for f in FUNCTIONS.values() if f.c_name for suffix in ("", "f"))
 GRID = "coiter_grid"
 _HELPER = re.compile(r"^static inline [^(]*?(\w+)\(", re.MULTILINE)
 VALUES = ("vals", "shared_vals")  # kinds of ParamSpec holding a tensor's values
@@ -230,7 +234,7 @@ class _Kernel:
 
     def __init__(self, fn: Function, loop: For, pre: list[IRStmt], helpers: frozenset[str]) -> None:
         self.fn = fn
-        self.device_calls = DEVICE_CALLS | helpers
+        self.device_calls = DEVICE_CALLS | MATH_CALLS | helpers
         self.types = {p.name: p.ctype for p in fn.params}
         self.types.update({s.name: s.ctype for s in walk(fn.body) if isinstance(s, Decl)})
         self.host_decls = {s.name: s for x in pre for s in walk(x) if isinstance(s, Decl)}
@@ -310,7 +314,7 @@ class _Kernel:
 
     # -- statements
     def stmts(self, b: Block, bound: frozenset[str]) -> Block:
-        return block([self.stmt(s, bound) for s in b.stmts])
+        return replace(b, stmts=block([self.stmt(s, bound) for s in b.stmts]).stmts)
 
     def stmt(self, s: IRStmt, bound: frozenset[str]) -> IRStmt:
         """``s`` as device code where the GPU units ``bound`` are mapped."""
