@@ -112,3 +112,15 @@ def test_a_scheduled_sum_keeps_the_loops_its_schedule_names() -> None:
     got = k(**{n: tensor(a, "s") for n, a in ops.items()}).to_numpy()
     assert not _sequenced(k)
     np.testing.assert_array_equal(got, sum(ops.values()))
+
+
+def test_a_dense_result_in_another_mode_order_keeps_it() -> None:
+    # fuzz seed 77 case 954: the terms added into a dense result in row-major order, so a
+    # 'ddd:2,1,0' result came back as 'ddd' (values right)
+    rng = np.random.default_rng(8)
+    ops = _operands(rng, {"B": (4, 5), "C": (5, 3), "D": (4, 5)}, "float64")
+    formats = {"B": "dcsr", "C": "csr", "D": "ds", "A": "ddd:2,1,0"}
+    k = coiter.compile("A(j,l,i) = B(j,l) + C(l,i) - D(j,l)", formats=formats)
+    got = k(B=tensor(ops["B"], "dcsr"), C=tensor(ops["C"], "csr"), D=tensor(ops["D"], "ds"))
+    assert _sequenced(k) and got.format == coiter.parse_format("ddd:2,1,0")
+    np.testing.assert_array_equal(got.to_numpy(), ops["B"][:, :, None] + ops["C"][None] - ops["D"][:, :, None])

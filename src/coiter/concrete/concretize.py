@@ -502,7 +502,8 @@ def _sequence(assignment: Assignment, terms: list[Expr], warn: bool, formats: Ma
                       f"{MAX_MERGED_CASES} cases; they are added one at a time into a dense "
                       f"{lhs.tensor}" + ("" if final.is_dense else f", converted to {final} after"),
                       PerformanceWarning, stacklevel=2)
-    formats = {**formats, lhs.tensor: dense(len(lhs.indices))}
+    # (a dense result keeps its mode order)
+    formats = {**formats, lhs.tensor: final if final.is_dense else dense(len(lhs.indices))}
     fills = {**fills, lhs.tensor: 0}  # a dense result stores every entry
     progs: list[ConcreteProgram] = []
     reserved: frozenset[str] = frozenset()
