@@ -321,9 +321,14 @@ def test_result_whose_dense_positions_overflow_int64_is_a_shape_error():
     assert got_coords.tolist() == coords.tolist() and got_vals.tolist() == [2.0, 4.0]
 
 
-def test_empty_trailing_dimension_into_a_sparse_level():
-    out = coiter.evaluate("A(i,j,k) = B(i,j,k) * 2", out_format="dsd", B=np.zeros((3, 4, 0)))
-    assert out.to_numpy().shape == (3, 4, 0)
+@pytest.mark.parametrize("out_format", ["dsd", "ssd"])
+@pytest.mark.parametrize("shape", [(3, 4, 0), (5, 9, 0)])
+def test_empty_trailing_dimension_into_a_sparse_level(out_format, shape):
+    # fuzz seed 2026120213 case 690: past the first capacity (16 entries) the values grew to
+    # 0 bytes, a realloc that returns NULL: "out of memory while assembling the result"
+    b = np.zeros(shape)
+    out = coiter.evaluate("A(i,j,k) = B(i,j,k) * 2 + 0.5", out_format=out_format, B=b)
+    check(out, b * 2 + 0.5)
 
 
 # --------------------------------------------------------------------- internal errors

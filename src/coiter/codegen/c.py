@@ -263,7 +263,10 @@ static inline void* coiter_malloc(size_t n) {{
 static inline void* coiter_calloc(size_t n, size_t e) {{
   return coiter_heap.calloc ? coiter_heap.calloc(n, e) : coiter_advise(calloc(n, e), n * e);
 }}
+/* never to 0 bytes: realloc(p, 0) may free p and return NULL, which reads as out of memory
+   (a result level below which an empty dense mode leaves no values) */
 static inline void* coiter_realloc(void* p, size_t n) {{
+  if (!n) n = 1;
   return coiter_heap.realloc ? coiter_heap.realloc(p, n) : coiter_advise(realloc(p, n), n);
 }}
 static inline void coiter_free(void* p) {{

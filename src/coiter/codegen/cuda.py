@@ -64,7 +64,7 @@ PREAMBLE = """\
 static inline void* coiter_malloc(size_t n) {{ return malloc(n); }}
 static inline void* coiter_calloc(size_t n, size_t e) {{ return calloc(n, e); }}
 static inline void* coiter_realloc(void* p, size_t n) {{ return realloc(p, n); }}
-static inline void* coiter_expand(void* p, size_t n) {{ return realloc(p, n); }}
+static inline void* coiter_expand(void* p, size_t n) {{ return realloc(p, n ? n : 1); }}  /* see c.py */
 static inline void coiter_free(void* p) {{ free(p); }}
 
 /* sum of vals[lo..hi): the value of a coordinate stored several times (a non-unique level) */
