@@ -373,10 +373,11 @@ MAX_MERGED_CASES = 50_000
 # add into it on its own, as a scatter into a dense workspace does (workspaces paper). That
 # pays from this many merged cases (a three-way union's 19, or two-way unions at two nested
 # loops, 25): the merge's branches on which operands hold a coordinate mispredict on
-# unrelated patterns, and the second pass over the result costs less. One thread, float64,
-# merged time / one at a time: 2M-vectors of 20,000 nonzeros each, 3 terms 2.84, 5 terms
-# 12; CSR 2000x2000, 0.5% full, 3 terms 1.69; DCSR, 2 terms 1.31. A two-way union (5 cases)
-# stays merged: CSR, 2 terms 0.68 where the dense result outgrows the cache.
+# unrelated patterns, and the second pass over the result costs less. One thread, merged
+# time / one at a time (benchmarks/dense_sums.py): 2M-vectors of 20,000 nonzeros, 3 terms
+# 2.7, 5 terms 6.5; CSR 500x500, 3 terms 5.0; DCSR 2000x2000, 2 terms 1.2; CSR 2000x2000
+# (a 32 MB result), 3 terms 1.0, or 0.61 where they share one pattern. A two-way union (5
+# cases) stays merged: CSR 2000x2000, 2 terms 0.68.
 SCATTERED_SUM_CASES = 10
 
 
