@@ -21,6 +21,7 @@ THREAD_VARIABLES = (
 for _var in THREAD_VARIABLES:
     os.environ[_var] = "1"
 
+import argparse  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -181,6 +182,16 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(out)
 
 
+
+
+def script_parser(doc: str, repeat: int) -> argparse.ArgumentParser:
+    """A benchmark script's argument parser, described by its docstring ``doc``'s first
+    line: ``--repeat`` (timed calls per case, ``repeat`` by default) and ``--out`` (the
+    report's folder, docs/benchmarks by default)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=repeat)
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "benchmarks")
+    return parser
 
 
 def write_report(directory: Path, name: str, lines: Sequence[str]) -> None:

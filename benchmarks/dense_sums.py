@@ -15,12 +15,10 @@ calls after warm-up, round-robin (``_common.bench_group``). Results go to
 from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
-from _common import REPO_ROOT, bench_group, close_to, machine_info, markdown_table, ratio, write_report
+from _common import bench_group, close_to, machine_info, markdown_table, ratio, script_parser, write_report
 
-import argparse
 import shlex
 import sys
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,10 +48,7 @@ def _kernel(result: str, names: list[str], fmt: str, order: int) -> coiter.Kerne
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "benchmarks")
-    args = parser.parse_args(argv)
+    args = script_parser(__doc__, repeat=20).parse_args(argv)
     rng = np.random.default_rng(0)
     rows = []
     for label, shape, n, density, same in CASES:

@@ -13,12 +13,10 @@ of ``--repeat`` calls after warm-up, round-robin (``_common.bench_group``). Resu
 from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
-from _common import REPO_ROOT, bench_group, close_to, machine_info, markdown_table, ratio, write_report
+from _common import bench_group, close_to, machine_info, markdown_table, ratio, script_parser, write_report
 
-import argparse
 import shlex
 import sys
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -38,10 +36,7 @@ def _vector(rng: np.random.Generator, density: float) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "benchmarks")
-    args = parser.parse_args(argv)
+    args = script_parser(__doc__, repeat=20).parse_args(argv)
     rng = np.random.default_rng(0)
     b = _vector(rng, DENSE_B)
     kernels = {s: coiter.compile("x = a(i) * b(i)", {"a": "s", "b": "s"}, schedule=f"mergeby(i,{s})")
