@@ -41,6 +41,8 @@ def test_fuzz_slice_matches_numpy(first: int) -> None:
     (2026120207, 1795),  # nested casts, min, square: inline C copied arguments (over 300 s)
     (62, 8822),  # five sparse operands merged at three loops: 1 MB of C, cc1 over 20 min at -O3
     (66, 1412),  # an absent operand's folded -3 + 0.0 lost its float kind in an inner loop
+    (77, 954),  # a sum added term by term into 'ddd:2,1,0' came back row-major
+    (2026120213, 690),  # an empty trailing dense mode: values realloc'ed to 0 bytes, "out of memory"
 ])
 def test_cases_the_fuzzer_found(seed: int, number: int) -> None:
     case = make_case(seed, number)
