@@ -17,7 +17,9 @@ DTYPES = ["float64", "float32", "int32", "uint8", "complex128"]
 
 def _operands(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]], dtype: str,
               density: float = 0.3) -> dict[str, np.ndarray]:
-    return {n: (random_array(rng, s, density) * 4).round().astype(dtype) for n, s in shapes.items()}
+    # through int64: a negative float cast to an unsigned type is the platform's choice
+    return {n: (random_array(rng, s, density) * 4).round().astype(np.int64).astype(dtype)
+            for n, s in shapes.items()}
 
 
 def _sequenced(k: coiter.Kernel) -> bool:
