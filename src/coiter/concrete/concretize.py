@@ -400,10 +400,10 @@ def _sequenced_terms(assignment: Assignment, formats: Mapping[str, Format],
     a reduction of a sum becomes a sum of reductions). None otherwise."""
     cases = _merged_cases(assignment.rhs, formats)
     if cases > MAX_MERGED_CASES:
-        terms = _sum_terms(_multiplied_out(assignment.rhs))
+        terms = _sum_terms(_distributed(assignment.rhs, products=True))
         return (terms, True) if len(terms) > 1 else None
     if scatter_sums and cases >= SCATTERED_SUM_CASES and formats[assignment.lhs.tensor].is_dense:
-        terms = _sum_terms(_summed_apart(assignment.rhs))
+        terms = _sum_terms(_distributed(assignment.rhs, products=False))
         if len(terms) > 1 and sum(_merged_cases(t, formats) for t in terms) < cases:
             return terms, False
     return None
@@ -434,26 +434,18 @@ def _without_sums(e: Expr) -> Expr:
     return with_children(e, [_without_sums(c) for c in children(e)])
 
 
-def _multiplied_out(e: Expr) -> Expr:
-    """``e`` with products of sums (and differences, negations) distributed into sums of
-    products: ``(a - b) * (c + d)`` is ``a*c + a*d - b*c - b*d``. Intrinsics and quotients
-    stay whole."""
-    if isinstance(e, Mul):
-        left, right = _sum_terms(_multiplied_out(e.a)), _sum_terms(_multiplied_out(e.b))
+def _distributed(e: Expr, products: bool) -> Expr:
+    """``e`` with its sums over sums made sums of sums and, with ``products``, products of
+    sums (and differences, negations) distributed into sums of products: ``(a - b) * (c +
+    d)`` is ``a*c + a*d - b*c - b*d``. Without it products stay whole, as do intrinsics and
+    quotients."""
+    if products and isinstance(e, Mul):
+        left, right = (_sum_terms(_distributed(x, products)) for x in (e.a, e.b))
         return _added([_signed_product(x, y) for x in left for y in right])
     if isinstance(e, (Add, Sub, Neg)):
-        return with_children(e, [_multiplied_out(c) for c in children(e)])
+        return with_children(e, [_distributed(c, products) for c in children(e)])
     if isinstance(e, Reduction) and e.op == "sum":
-        return _sums_of_terms(e, _sum_terms(_multiplied_out(e.body)))
-    return e
-
-
-def _summed_apart(e: Expr) -> Expr:
-    """``e`` with its outer sums over sums made sums of sums (products stay whole)."""
-    if isinstance(e, (Add, Sub, Neg)):
-        return with_children(e, [_summed_apart(c) for c in children(e)])
-    if isinstance(e, Reduction) and e.op == "sum":
-        return _sums_of_terms(e, _sum_terms(_summed_apart(e.body)))
+        return _sums_of_terms(e, _sum_terms(_distributed(e.body, products)))
     return e
 
 
