@@ -141,7 +141,7 @@ class Worker:
         record |= {"status": "ok", "notes": case.notes, "min_bytes": case.min_bytes}
         calls = {}
         for name in self.systems:
-            record["systems"][name], call = self.checked(name, case, inp.name)
+            record["systems"][name], call = self.checked(name, case.private(), inp.name)
             if call is not None:
                 calls[name] = call
         first = {name: record["systems"][name]["check_s"] for name in calls}
