@@ -202,6 +202,8 @@ class Function:
 
 # the condition choosing between a parallel loop (then) and its serial copy (else)
 THREADS_BRANCH = Bin(">", Call("COITER_THREADS", ()), Const(1))
+# the initializer of a zeroed local struct or array (``double acc[16] = {0};``)
+ZEROED = Var("{0}")
 
 
 def block(*items: IRStmt | Block | list | tuple | None) -> Block:

@@ -90,11 +90,12 @@ def used(s: IRStmt) -> set[str]:
 
 
 def declared(s: IRStmt) -> set[str]:
-    """Names that ``s`` declares (declarations and loop variables)."""
+    """Names that ``s`` declares (declarations, local arrays by their name without their
+    size, and loop variables)."""
     out: set[str] = set()
     for x in walk(s):
         if isinstance(x, Decl):
-            out.add(x.name)
+            out.add(x.name.split("[")[0])
         elif isinstance(x, For) and x.start is not None:
             out.add(x.var)
     return out
@@ -109,3 +110,24 @@ def assigned(s: IRStmt) -> set[str]:
         elif isinstance(x, For):
             out.add(x.var)
     return out
+
+
+def substitute(e: IRExpr, m: dict[str, IRExpr]) -> IRExpr:
+    """``e`` with the variables named in ``m`` replaced by their expressions."""
+    if isinstance(e, Var):
+        return m.get(e.name, e)
+    if isinstance(e, Load):
+        return Load(e.array, substitute(e.index, m))
+    if isinstance(e, Bin):
+        return Bin(e.op, substitute(e.a, m), substitute(e.b, m))
+    if isinstance(e, Un):
+        return Un(e.op, substitute(e.a, m))
+    if isinstance(e, Cast):
+        return Cast(e.ctype, substitute(e.a, m))
+    if isinstance(e, (Min, Max)):
+        return type(e)(tuple(substitute(a, m) for a in e.args))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(substitute(a, m) for a in e.args))
+    if isinstance(e, Select):
+        return Select(substitute(e.cond, m), substitute(e.a, m), substitute(e.b, m))
+    return e

@@ -15,8 +15,8 @@ from ..concrete.stmt import TensorDecl
 from ..errors import FormatError
 from ..formats import workspaces
 from ..ir.nodes import (
-    Assign as IRAssign, Bin, Call, Cast, Const, Decl, ExprStmt, If, IRExpr, IRStmt, Load, Return, Un,
-    Var, block,
+    ZEROED, Assign as IRAssign, Bin, Call, Cast, Const, Decl, ExprStmt, If, IRExpr, IRStmt, Load,
+    Return, Un, Var, block,
 )
 
 WORKSPACE_KEY_ERROR = 5  # kernel return code: a workspace's coordinates need more than 63 bits
@@ -68,8 +68,7 @@ class SparseWorkspaces:
         self.used.add(self.vals(name))
         dims = [self.names(name, k).dimension.name for k in range(order)]
         self.used.update(dims)
-        zeroed = Var("{0}")  # C's initializer of a zeroed struct or array
-        out: list[IRStmt] = [Decl(f"coiter_ws_{n}", ws, zeroed)]
+        out: list[IRStmt] = [Decl(f"coiter_ws_{n}", ws, ZEROED)]
         out += [Decl("int64_t", d, self.extent_of(v)) for d, v in zip(dims, decl.modes)]
         out += [Decl("int", f"{shift}[{order}]"), Decl("uint64_t", f"{mask}[{order}]")]
         # the last mode takes the lowest bits, so keys sort as the result stores them
@@ -95,7 +94,7 @@ class SparseWorkspaces:
             names = self.names(name, k)
             for arr in level.arrays:
                 self.used.add(names.array(arr))
-                out.append(Decl(itype, f"{names.array(arr)}[2]", zeroed) if arr == "pos"
+                out.append(Decl(itype, f"{names.array(arr)}[2]", ZEROED) if arr == "pos"
                            else Decl(f"{itype}*", names.array(arr), Const(0)))
         out.append(Decl(f"{self.vtype[name]}*", self.vals(name), Const(0)))
         return out

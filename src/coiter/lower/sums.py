@@ -33,11 +33,11 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..ir.nodes import (
-    Assign, Bin, Block, Call, Cast, Const, Decl, For, If, IRExpr, IRStmt, Label, Load, Max, Min,
-    Select, Un, Var, While, add, block,
+    Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Label, Load, Var, While, add,
+    block,
 )
 from ..ir.rewrite import map_loops
-from ..ir.visit import declared, names, subexprs, used, walk_regions
+from ..ir.visit import declared, names, subexprs, substitute, used, walk_regions
 from .short_runs import ShortRunSums
 from .tiny_runs import TINY_AVERAGE, TinyRunRows
 
@@ -198,11 +198,11 @@ class _Splitter:
         for x in body.stmts:
             if isinstance(x, Decl):
                 name = x.name if k == 0 else self._fresh(f"{x.name}_{k}")
-                out.append(Decl(x.ctype, name, _subst(x.init, m)))
+                out.append(Decl(x.ctype, name, substitute(x.init, m)))
                 m[x.name] = Var(name)
             else:
                 assert isinstance(x, Assign)
-                out.append(Assign(Var(lane), _subst(x.value, m), x.op))
+                out.append(Assign(Var(lane), substitute(x.value, m), x.op))
         return out
 
     def _fresh(self, name: str) -> str:
@@ -229,22 +229,3 @@ def _minus_one(e: IRExpr) -> IRExpr:
     if isinstance(e, Bin) and e.op == "+" and e.b == Const(1):
         return e.a
     return Bin("-", e, Const(1))
-
-
-def _subst(e: IRExpr, m: dict[str, IRExpr]) -> IRExpr:
-    """``e`` with the variables named in ``m`` replaced by their expressions."""
-    if isinstance(e, Var):
-        return m.get(e.name, e)
-    if isinstance(e, Load):
-        return Load(e.array, _subst(e.index, m))
-    if isinstance(e, Bin):
-        return Bin(e.op, _subst(e.a, m), _subst(e.b, m))
-    if isinstance(e, Un):
-        return Un(e.op, _subst(e.a, m))
-    if isinstance(e, Cast):
-        return Cast(e.ctype, _subst(e.a, m))
-    if isinstance(e, (Min, Max)):
-        return type(e)(tuple(_subst(a, m) for a in e.args))
-    if isinstance(e, Select):
-        return Select(_subst(e.cond, m), _subst(e.a, m), _subst(e.b, m))
-    return e
