@@ -51,6 +51,7 @@ from .growth import drop_unread_zero_fill
 from .names import Namer
 from .ism import SparseWorkspaces
 from .scatter import ParallelScatter
+from .dense_rows import block_dense_rows
 from .gathers import prefetch_far_gathers
 from .prefetch import prefetch_located_segments
 from .short_runs import short_run_sums
@@ -1925,6 +1926,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             results = {p.name: p.ctype for p in cparams if p.pointers == 1 and not p.const}
             body = split_long_sums(body, self._input_array_lengths("pos"), short_run_sums(inputs),
                                    TinyRunRows(inputs, results, self._dense_bytes()))
+            body = block_dense_rows(body, results)
             body = prefetch_far_gathers(body, self._input_array_lengths("crd"), self._dense_bytes())
         prologue += self.temp_allocs
         epilogue: list[IRStmt] = list(self.temp_frees)

@@ -1,0 +1,182 @@
+"""Dense result rows accumulated in registers, a block of columns at a time.
+
+TTM's ``A(i,j,l) = B(i,j,k) * C(k,l)`` and SpMM's ``C(i,k) = A(i,j) * B(j,k)`` lower to a loop
+over the stored positions ``p`` of a row that adds a product into every entry of a dense row
+of the result::
+
+    for (p = pos[r]; p < pos[r + 1]; p++) {
+      int64_t m = crd[p];
+      for (l = 0; l < n; l++) A_vals[base + l] += B_vals[p] * C_vals[m * n + l];
+    }
+
+The row's length ``n`` is a run-time value, so the C compiler cannot keep the row in
+registers: every position loads and stores all of it, through a vector loop whose trip count
+it tests. Blocked, the row goes :data:`ROW_BLOCK_BYTES` at a time through a local array of
+constant length, which the compiler keeps in registers: loaded once, every position adds into
+registers, stored once; the columns past the last whole block take the loop as it was. Each
+entry still adds the same terms in the same order, starting from its value before the loop,
+so results are the same bit for bit.
+
+In a C harness at one thread (rank 16, ms, loop -> blocked; warm caches / flushed caches):
+TTM on jf17k-3ary 0.151 -> 0.047 / 0.40 -> 0.17, on wn18rr 0.67 -> 0.42 / 1.97 -> 0.79, on
+fb15k-237 2.60 -> 1.29 / 2.80 -> 1.26.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir.nodes import (
+    ZEROED, Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Load, Var, add, block,
+    fresh, mul,
+)
+from ..ir.rewrite import map_loops
+from ..ir.visit import declared, exprs, names, subexprs, substitute, walk_regions
+
+ROW_BLOCK_BYTES = 128  # accumulators per block: two AVX-512 registers, four AVX2 ones
+ELEMENT_BYTES = {"double": 8, "float": 4}  # result types whose sums vectorize
+
+
+def block_dense_rows(s: IRStmt, results: dict[str, str]) -> IRStmt:
+    """``s`` with every loop over positions that adds into a dense row of a result array in
+    ``results`` (its element type) blocked by :data:`ROW_BLOCK_BYTES`."""
+    taken = _names(s)
+
+    def rewrite(loop: For, _: dict[str, str]) -> IRStmt | None:
+        if _row_sums(loop, results) is not None:
+            return _blocked(loop, results, taken, zeroed=False)
+        body = map_loops(_zeroed_rows(loop.body, results, taken), rewrite)
+        return replace(loop, body=body)
+
+    return map_loops(s, rewrite)
+
+
+def _zeroed_rows(body: Block, results: dict[str, str], taken: set[str]) -> Block:
+    """``body`` with each row-sum loop whose row an earlier statement of ``body`` zeroes, with
+    nothing between reading the row, blocked from zero, and the zeroing left to the columns
+    past the last whole block."""
+    stmts = list(body.stmts)
+    for i, zero in enumerate(stmts):
+        fill = _zero_fill(zero)
+        if fill is None:
+            continue
+        for j in range(i + 1, len(stmts)):
+            x = stmts[j]
+            sums = _row_sums(x, results) if isinstance(x, For) else None
+            if sums is not None and sums[:3] == fill:
+                start = _whole_blocks(sums[2], sums[4])
+                stmts[i] = Block(()) if start == sums[2] else replace(zero, start=start)
+                stmts[j] = _blocked(x, results, taken, zeroed=True)
+                break
+            if fill[0] in _touched(x):
+                break
+    return replace(body, stmts=block(stmts).stmts)
+
+
+def _zero_fill(s: IRStmt) -> tuple[str, IRExpr, IRExpr] | None:
+    """(array, row start, row length) of a loop ``for (q = 0; q < n; q++) vals[base + q] = 0``."""
+    if not (isinstance(s, For) and s.pragma is None and s.start == Const(0)
+            and len(s.body.stmts) == 1):
+        return None
+    (fill,) = s.body.stmts
+    if not (isinstance(fill, Assign) and fill.op == "=" and isinstance(fill.target, Load)
+            and isinstance(fill.value, Const) and fill.value.value == 0):
+        return None
+    index = fill.target.index
+    if not (isinstance(index, Bin) and index.op == "+" and index.b == Var(s.var)) \
+            or s.var in names(index.a) | names(s.end):
+        return None
+    return fill.target.array, index.a, s.end
+
+
+def _touched(s: IRStmt) -> set[str]:
+    """Every name the statements of ``s`` read or write, inside parallel regions too."""
+    return {n for x in walk_regions(s) for e in exprs(x) for n in names(e)}
+
+
+def _names(s: IRStmt) -> set[str]:
+    """Every name ``s`` declares or reads, inside parallel regions too."""
+    out = _touched(s)
+    for x in walk_regions(s):
+        if isinstance(x, Decl):
+            out.add(x.name.split("[")[0])
+        elif isinstance(x, For):
+            out.add(x.var)
+    return out
+
+
+def _pure(e: IRExpr) -> bool:
+    """Whether evaluating ``e`` again changes nothing (no call)."""
+    return not any(isinstance(x, Call) for x in subexprs(e))
+
+
+def _blocks(n: IRExpr, width: int) -> IRExpr:
+    """The whole blocks of ``width`` columns in a row of ``n``."""
+    return Const(n.value // width) if isinstance(n, Const) else Bin("/", n, Const(width))
+
+
+def _whole_blocks(n: IRExpr, width: int) -> IRExpr:
+    """The first column past the whole blocks of ``width`` columns of a row of ``n``."""
+    return mul(_blocks(n, width), Const(width))
+
+
+def _row_sums(loop: For, results: dict[str, str]) -> tuple[str, IRExpr, IRExpr, Assign, int] | None:
+    """(array, row start, row length, update, block width) of a loop over positions that
+    declares values and then adds into one dense row of a result array in ``results``, its
+    loop over the row innermost and last, the row not known to be shorter than a block; None
+    for any other loop."""
+    if loop.pragma is not None or loop.start is None or not loop.body.stmts:
+        return None
+    *prefix, row = loop.body.stmts
+    if not (isinstance(row, For) and row.pragma is None and row.start == Const(0)
+            and len(row.body.stmts) == 1):
+        return None
+    (update,) = row.body.stmts
+    if not (isinstance(update, Assign) and update.op == "+=" and isinstance(update.target, Load)):
+        return None
+    vals, index = update.target.array, update.target.index
+    if results.get(vals) not in ELEMENT_BYTES \
+            or not (isinstance(index, Bin) and index.op == "+" and index.b == Var(row.var)):
+        return None
+    base, n = index.a, row.end
+    varying = {loop.var, row.var} | declared(loop.body)
+    if (names(base) | names(n)) & varying:
+        return None  # the row moves, or changes length, within the loop
+    reads = [update.value, loop.start, loop.end, *(x.init for x in prefix if isinstance(x, Decl))]
+    if not all(isinstance(x, Decl) and x.init is not None for x in prefix) \
+            or not all(_pure(e) and vals not in names(e) for e in reads):
+        return None
+    width = ROW_BLOCK_BYTES // ELEMENT_BYTES[results[vals]]
+    if isinstance(n, Const) and n.value < width:
+        return None
+    return vals, base, n, update, width
+
+
+def _blocked(loop: For, results: dict[str, str], taken: set[str], zeroed: bool) -> IRStmt:
+    """A row-sum loop (:func:`_row_sums`) by blocks of columns summed in a local array, which
+    starts from zero where the row was ``zeroed`` before the loop, else from the row; then
+    the loop as it was over the columns past the last whole block."""
+    sums = _row_sums(loop, results)
+    assert sums is not None
+    vals, base, n, update, width = sums
+    *prefix, row = loop.body.stmts
+    # the same names in every copy of a loop: a parallel loop and its serial copy stay alike
+    # (codegen/outline.py compiles them once); each block loop scopes its own
+    acc, blk = fresh(f"{vals}_row", set(taken)), fresh(f"{row.var}_block", set(taken))
+    col = add(mul(Var(blk), Const(width)), Var(row.var))  # the column of block entry row.var
+
+    def over_block(stmt: IRStmt) -> For:
+        return For(row.var, row.ctype, Const(0), Const(width), Block((stmt,)))
+
+    entry, local = Load(vals, add(base, col)), Load(acc, Var(row.var))
+    added = Assign(local, substitute(update.value, {row.var: col}), "+=")
+    # GCC keeps the local array in registers when it starts from zero; loading the row that
+    # a loop just zeroed instead, it shuffled lanes and ran 1.5x slower than no blocking
+    blocks = For(blk, "int64_t", Const(0), _blocks(n, width), block(
+        Decl(results[vals], f"{acc}[{width}]", ZEROED) if zeroed
+        else [Decl(results[vals], f"{acc}[{width}]"), over_block(Assign(local, entry))],
+        replace(loop, body=block(prefix, over_block(added))),
+        over_block(Assign(entry, local))))
+    tail = replace(loop, body=block(prefix, replace(row, start=_whole_blocks(n, width))))
+    if isinstance(n, Const):
+        return block(blocks, tail if n.value % width else None)
+    return block(blocks, If(Bin("!=", Bin("%", n, Const(width)), Const(0)), Block((tail,))))

@@ -1,0 +1,102 @@
+"""Dense result rows summed in registers a block of columns at a time
+(coiter/lower/dense_rows.py): SpMM, TTM and MTTKRP against NumPy/SciPy for row lengths below,
+at, between and past whole blocks, bit for bit against sums in position order, and the loops
+the pass must leave alone."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import coiter
+from coiter.ir.nodes import Assign, Bin, Block, Const, Decl, For, Load, Var
+from coiter.ir.visit import walk
+from coiter.lower.dense_rows import ROW_BLOCK_BYTES, block_dense_rows
+from helpers import csr_with_lengths, generated_functions, random_array, tensor
+
+# row lengths: none whole (7), one block of doubles (16), a block and a tail (17), blocks of
+# floats (32), three blocks of doubles with a tail (50); past 64 the extent is a run-time value
+# (no specialised variant): blocks and a tail (70), whole blocks only (96)
+RANKS = [1, 7, 16, 17, 32, 50, 70, 96]
+SPMM = "C(i,k) = A(i,j) * B(j,k)"
+
+
+def rows_in_order(a: sp.csr_array, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` with each row's products added one by one from zero in position order, as
+    the row loop adds them."""
+    out = np.zeros((a.shape[0], b.shape[1]), dtype=b.dtype)
+    for i in range(a.shape[0]):
+        total = np.zeros(b.shape[1], dtype=b.dtype)
+        for p in range(a.indptr[i], a.indptr[i + 1]):
+            total = total + a.data[p] * b[a.indices[p]]
+        out[i] = total
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("rank", RANKS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_spmm_rows_equal_sums_in_position_order_bit_for_bit(dtype: str, rank: int,
+                                                            threads: int) -> None:
+    rng = np.random.default_rng(rank)
+    a = csr_with_lengths(rng, [0, 1, 3, 9, 40, 2, 0, 17], 60, np.int32)
+    a = sp.csr_array((a.data.astype(dtype), a.indices, a.indptr), shape=a.shape)
+    b = (rng.standard_normal((60, rank)) * 10.0 ** rng.uniform(-6, 6, (60, rank))).astype(dtype)
+    k = coiter.compile(SPMM, formats={"A": coiter.csr})
+    got = k(A=coiter.Tensor.from_scipy(a), B=b, threads=threads).to_numpy()
+    np.testing.assert_array_equal(got, rows_in_order(a, b))
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4 if dtype == "float32" else 1e-9,
+                               atol=1e-30)
+
+
+def test_spmm_and_ttm_sum_their_rows_in_local_blocks() -> None:
+    spmm = coiter.compile(SPMM, formats={"A": coiter.csr})
+    ttm = coiter.compile("A(i,j,l) = B(i,j,k) * C(k,l)", formats={"B": coiter.csf(3), "A": "ssd"})
+    for k in (spmm, ttm):
+        code = generated_functions(k.source)
+        assert f"_row[{ROW_BLOCK_BYTES // 8}] = {{0}};" in code
+    # integer rows are not blocked: their sums vectorize without it
+    ints = coiter.compile(SPMM, formats={"A": coiter.csr}, dtype="int32")
+    assert "_row[" not in generated_functions(ints.source)
+
+
+@pytest.mark.parametrize("rank", RANKS)
+def test_ttm_into_a_result_sharing_the_operand_pattern(rank: int) -> None:
+    rng = np.random.default_rng(10 + rank)
+    b, c = random_array(rng, (6, 5, 9), 0.3), rng.standard_normal((9, rank))
+    k = coiter.compile("A(i,j,l) = B(i,j,k) * C(k,l)", formats={"B": coiter.csf(3), "A": "ssd"})
+    got = k(B=tensor(b, coiter.csf(3)), C=c).to_numpy()
+    np.testing.assert_allclose(got, np.einsum("ijk,kl->ijl", b, c), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rank", RANKS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mttkrp_rows_start_from_what_earlier_fibers_added(rank: int, threads: int) -> None:
+    # the row of A(i, :) takes sums from every (j, k) fiber of slice i: each blocked loop
+    # starts from the row as earlier fibers left it
+    rng = np.random.default_rng(20 + rank)
+    b = random_array(rng, (7, 6, 8), 0.4)
+    c, d = rng.standard_normal((6, rank)), rng.standard_normal((8, rank))
+    k = coiter.compile("A(i,l) = B(i,j,k) * C(j,l) * D(k,l)", formats={"B": coiter.csf(3)})
+    got = k(B=tensor(b, coiter.csf(3)), C=c, D=d, threads=threads).to_numpy()
+    np.testing.assert_allclose(got, np.einsum("ijk,jl,kl->il", b, c, d), rtol=1e-12, atol=1e-12)
+
+
+def _row_sum_loop(value: Load | Bin) -> For:
+    """``for (p = 0; p < 4; p++) { m = crd[p]; for (l = 0; l < n; l++) A_vals[r*n + l] += value; }``"""
+    row = Bin("*", Var("r"), Var("n"))
+    update = Assign(Load("A_vals", Bin("+", row, Var("l"))), value, "+=")
+    return For("p", "int64_t", Const(0), Const(4), Block((
+        Decl("int64_t", "m", Load("crd", Var("p"))),
+        For("l", "int64_t", Const(0), Var("n"), Block((update,))))))
+
+
+def test_a_row_sum_that_reads_the_result_is_left_as_it_is() -> None:
+    product = Bin("*", Load("B_vals", Var("p")), Load("C_vals", Bin("+", Var("m"), Var("l"))))
+    blocked = block_dense_rows(_row_sum_loop(product), {"A_vals": "double"})
+    assert any(isinstance(s, Decl) and s.name.startswith("A_vals_row") for s in walk(blocked))
+    reads_result = Bin("*", product, Load("A_vals", Var("l")))
+    loop = _row_sum_loop(reads_result)
+    assert block_dense_rows(loop, {"A_vals": "double"}) == loop
+    assert block_dense_rows(_row_sum_loop(product), {"A_vals": "int64_t"}) == _row_sum_loop(product)
+
