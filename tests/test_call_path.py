@@ -538,7 +538,8 @@ def test_small_dense_extents_are_compile_time_constants(rank) -> None:
     assert ((("B", 1, rank), ("C", 1, rank)) in fixed) == (rank <= SPECIALIZE_EXTENT)
     if rank <= SPECIALIZE_EXTENT:
         variant = next(v for v in k.core.variants() if v.fixed and v.fixed[0][2] == rank)
-        assert f"B_vals[j * {rank} + k]" in variant.source or rank == 1
+        # the row's stride is the constant (its columns may go by blocks: dense_rows.py)
+        assert f"B_vals[j * {rank} + " in variant.source or rank == 1
 
 
 @pytest.mark.parametrize("expr,formats,shapes,ref", [
