@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import coiter
-from coiter.ir.nodes import Assign, Bin, Block, Const, Decl, For, Load, Var
+from coiter.ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, IRExpr, Load, Var
 from coiter.ir.visit import walk
 from coiter.lower.dense_rows import ROW_BLOCK_BYTES, block_dense_rows
 from helpers import csr_with_lengths, generated_functions, random_array, tensor
@@ -82,16 +82,16 @@ def test_mttkrp_rows_start_from_what_earlier_fibers_added(rank: int, threads: in
     np.testing.assert_allclose(got, np.einsum("ijk,jl,kl->il", b, c, d), rtol=1e-12, atol=1e-12)
 
 
-def _row_sum_loop(value: Load | Bin) -> For:
+def _row_sum_loop(value: Load | Bin, n: IRExpr = Var("n")) -> For:
     """``for (p = 0; p < 4; p++) { m = crd[p]; for (l = 0; l < n; l++) A_vals[r*n + l] += value; }``"""
-    row = Bin("*", Var("r"), Var("n"))
+    row = Bin("*", Var("r"), n)
     update = Assign(Load("A_vals", Bin("+", row, Var("l"))), value, "+=")
     return For("p", "int64_t", Const(0), Const(4), Block((
         Decl("int64_t", "m", Load("crd", Var("p"))),
-        For("l", "int64_t", Const(0), Var("n"), Block((update,))))))
+        For("l", "int64_t", Const(0), n, Block((update,))))))
 
 
-def test_a_row_sum_that_reads_the_result_is_left_as_it_is() -> None:
+def test_row_sums_that_read_the_result_or_call_are_left_as_they_are() -> None:
     product = Bin("*", Load("B_vals", Var("p")), Load("C_vals", Bin("+", Var("m"), Var("l"))))
     blocked = block_dense_rows(_row_sum_loop(product), {"A_vals": "double"})
     assert any(isinstance(s, Decl) and s.name.startswith("A_vals_row") for s in walk(blocked))
@@ -99,4 +99,7 @@ def test_a_row_sum_that_reads_the_result_is_left_as_it_is() -> None:
     loop = _row_sum_loop(reads_result)
     assert block_dense_rows(loop, {"A_vals": "double"}) == loop
     assert block_dense_rows(_row_sum_loop(product), {"A_vals": "int64_t"}) == _row_sum_loop(product)
+    # a row length the blocked loops would evaluate again is a call: it may have effects
+    called = _row_sum_loop(product, Call("row_length", ()))
+    assert block_dense_rows(called, {"A_vals": "double"}) == called
 

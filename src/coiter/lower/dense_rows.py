@@ -141,7 +141,9 @@ def _row_sums(loop: For, results: dict[str, str]) -> tuple[str, IRExpr, IRExpr, 
     varying = {loop.var, row.var} | declared(loop.body)
     if (names(base) | names(n)) & varying:
         return None  # the row moves, or changes length, within the loop
-    reads = [update.value, loop.start, loop.end, *(x.init for x in prefix if isinstance(x, Decl))]
+    # the blocked loops evaluate all of these more often than the loop did
+    reads = [update.value, base, n, loop.start, loop.end,
+             *(x.init for x in prefix if isinstance(x, Decl))]
     if not all(isinstance(x, Decl) and x.init is not None for x in prefix) \
             or not all(_pure(e) and vals not in names(e) for e in reads):
         return None
