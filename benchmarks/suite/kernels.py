@@ -22,6 +22,11 @@ from .check import Result, SparseResult, from_coords, from_scipy
 from .data import Input, Matrix, Tensor, canonical_coords
 from .settings import Settings
 
+# Operands of more bytes are shared by the systems, not copied per system: twice this
+# machine's last-level cache (32 MiB), so a call leaves at most half of them in it for the
+# next system's; a copy per system of every operand ran a full run's worker (24 GB) out of
+# memory
+PRIVATE_COPY_BYTES = 64 * 2**20
 MODE_INDICES = "ijkmnopq"  # 'l' is kept for the dense (rank) dimension
 FACTOR_NAMES = "CDEFGHIJ"
 
@@ -69,7 +74,10 @@ class Case:
         """This case with its own copy of every operand, for one system: a call then never
         finds another system's call left the operands it shares in the caches (at one
         thread, a dense operand the previous system had just read made the next one look
-        up to 1.4x faster: TTM's factor matrix)."""
+        up to 1.4x faster: TTM's factor matrix). Operands of over PRIVATE_COPY_BYTES are
+        shared: the case itself."""
+        if _nbytes(self.ops) > PRIVATE_COPY_BYTES:
+            return self
         return replace(self, ops=copy.deepcopy(self.ops), _derived={})
 
     def derived(self, key: str, build: Callable[[], Any]) -> Any:
@@ -85,6 +93,18 @@ class Case:
     def unfolded(self) -> tuple[sp.csr_array, sp.csr_array]:
         """:func:`unfold0` of operands B and C (INNERPROD) for systems without tensors."""
         return self.derived("unfolded", lambda: (unfold0(self.ops["B"]), unfold0(self.ops["C"])))
+
+
+def _nbytes(x: Any) -> int:
+    """Bytes of the NumPy arrays in ``x``: an array, a dict, list or tuple of them, or an
+    object holding them as attributes (SciPy sparse arrays, input tensors)."""
+    if isinstance(x, np.ndarray):
+        return x.nbytes
+    if isinstance(x, dict):
+        return sum(_nbytes(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(v) for v in x)
+    return sum(_nbytes(v) for v in vars(x).values()) if hasattr(x, "__dict__") else 0
 
 
 class Skip(Exception):
