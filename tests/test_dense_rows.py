@@ -103,3 +103,12 @@ def test_row_sums_that_read_the_result_or_call_are_left_as_they_are() -> None:
     called = _row_sum_loop(product, Call("row_length", ()))
     assert block_dense_rows(called, {"A_vals": "double"}) == called
 
+
+
+def test_loops_without_row_sums_keep_their_nested_scopes() -> None:
+    # regression: the pass flattened every loop body it searched, so SpMV's rows lost the
+    # C scope around their partial sums
+    scope = Block((Decl("double", "t", Const(0)), Assign(Var("t"), Load("B_vals", Var("i")), "+=")))
+    loop = For("i", "int64_t", Const(0), Var("m"), Block((scope, Assign(
+        Load("A_vals", Var("i")), Var("t")))))
+    assert block_dense_rows(loop, {"A_vals": "double"}) == loop

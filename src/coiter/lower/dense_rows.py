@@ -54,8 +54,8 @@ def _zeroed_rows(body: Block, results: dict[str, str], taken: set[str]) -> Block
     """``body`` with each row-sum loop whose row an earlier statement of ``body`` zeroes, with
     nothing between reading the row, blocked from zero, and the zeroing left to the columns
     past the last whole block."""
-    stmts = list(body.stmts)
-    for i, zero in enumerate(stmts):
+    stmts: list[IRStmt | None] = list(body.stmts)
+    for i, zero in enumerate(body.stmts):
         fill = _zero_fill(zero)
         if fill is None:
             continue
@@ -64,12 +64,13 @@ def _zeroed_rows(body: Block, results: dict[str, str], taken: set[str]) -> Block
             sums = _row_sums(x, results) if isinstance(x, For) else None
             if sums is not None and sums[:3] == fill:
                 start = _whole_blocks(sums[2], sums[4])
-                stmts[i] = Block(()) if start == sums[2] else replace(zero, start=start)
+                stmts[i] = None if start == sums[2] else replace(zero, start=start)
                 stmts[j] = _blocked(x, results, taken, zeroed=True)
                 break
             if fill[0] in _touched(x):
                 break
-    return replace(body, stmts=block(stmts).stmts)
+    # only the statements replaced change: nested blocks keep their C scopes
+    return replace(body, stmts=tuple(x for x in stmts if x is not None))
 
 
 def _zero_fill(s: IRStmt) -> tuple[str, IRExpr, IRExpr] | None:
