@@ -24,8 +24,8 @@ from .settings import Settings
 
 # Operands of more bytes are shared by the systems, not copied per system: twice this
 # machine's last-level cache (32 MiB), so a call leaves at most half of them in it for the
-# next system's; a copy per system of every operand ran a full run's worker (24 GB) out of
-# memory
+# next system's, while a copy per system of the largest inputs' operands adds gigabytes to a
+# worker that the largest inputs already bring near the machine's 24 GB
 PRIVATE_COPY_BYTES = 64 * 2**20
 MODE_INDICES = "ijkmnopq"  # 'l' is kept for the dense (rank) dimension
 FACTOR_NAMES = "CDEFGHIJ"
