@@ -84,16 +84,17 @@ def names(e: IRExpr) -> set[str]:
     return out
 
 
-def used(s: IRStmt) -> set[str]:
-    """Variables and arrays that the statements of ``s`` mention."""
-    return {n for x in walk(s) for e in exprs(x) for n in names(e)}
+def used(s: IRStmt, regions: bool = False) -> set[str]:
+    """Variables and arrays that the statements of ``s`` mention (inside parallel regions
+    too where ``regions``)."""
+    return {n for x in (walk_regions if regions else walk)(s) for e in exprs(x) for n in names(e)}
 
 
-def declared(s: IRStmt) -> set[str]:
+def declared(s: IRStmt, regions: bool = False) -> set[str]:
     """Names that ``s`` declares (declarations, local arrays by their name without their
-    size, and loop variables)."""
+    size, and loop variables; inside parallel regions too where ``regions``)."""
     out: set[str] = set()
-    for x in walk(s):
+    for x in (walk_regions if regions else walk)(s):
         if isinstance(x, Decl):
             out.add(x.name.split("[")[0])
         elif isinstance(x, For) and x.start is not None:

@@ -30,20 +30,23 @@ from ..ir.nodes import (
     fresh, mul,
 )
 from ..ir.rewrite import map_loops
-from ..ir.visit import declared, exprs, names, subexprs, substitute, walk_regions
+from ..ir.visit import declared, names, subexprs, substitute, used
 
 ROW_BLOCK_BYTES = 128  # accumulators per block: two AVX-512 registers, four AVX2 ones
 ELEMENT_BYTES = {"double": 8, "float": 4}  # result types whose sums vectorize
+# a row sum: (array, row start, row length, update, block width)
+RowSums = tuple[str, IRExpr, IRExpr, Assign, int]
 
 
 def block_dense_rows(s: IRStmt, results: dict[str, str]) -> IRStmt:
     """``s`` with every loop over positions that adds into a dense row of a result array in
     ``results`` (its element type) blocked by :data:`ROW_BLOCK_BYTES`."""
-    taken = _names(s)
+    taken = declared(s, regions=True) | used(s, regions=True)
 
     def rewrite(loop: For, _: dict[str, str]) -> IRStmt | None:
-        if _row_sums(loop, results) is not None:
-            return _blocked(loop, results, taken, zeroed=False)
+        sums = _row_sums(loop, results)
+        if sums is not None:
+            return _blocked(loop, sums, results, taken, zeroed=False)
         body = map_loops(_zeroed_rows(loop.body, results, taken), rewrite)
         return replace(loop, body=body)
 
@@ -65,9 +68,9 @@ def _zeroed_rows(body: Block, results: dict[str, str], taken: set[str]) -> Block
             if sums is not None and sums[:3] == fill:
                 start = _whole_blocks(sums[2], sums[4])
                 stmts[i] = None if start == sums[2] else replace(zero, start=start)
-                stmts[j] = _blocked(x, results, taken, zeroed=True)
+                stmts[j] = _blocked(x, sums, results, taken, zeroed=True)
                 break
-            if fill[0] in _touched(x):
+            if fill[0] in used(x, regions=True):
                 break
     # only the statements replaced change: nested blocks keep their C scopes
     return replace(body, stmts=tuple(x for x in stmts if x is not None))
@@ -89,22 +92,6 @@ def _zero_fill(s: IRStmt) -> tuple[str, IRExpr, IRExpr] | None:
     return fill.target.array, index.a, s.end
 
 
-def _touched(s: IRStmt) -> set[str]:
-    """Every name the statements of ``s`` read or write, inside parallel regions too."""
-    return {n for x in walk_regions(s) for e in exprs(x) for n in names(e)}
-
-
-def _names(s: IRStmt) -> set[str]:
-    """Every name ``s`` declares or reads, inside parallel regions too."""
-    out = _touched(s)
-    for x in walk_regions(s):
-        if isinstance(x, Decl):
-            out.add(x.name.split("[")[0])
-        elif isinstance(x, For):
-            out.add(x.var)
-    return out
-
-
 def _pure(e: IRExpr) -> bool:
     """Whether evaluating ``e`` again changes nothing (no call)."""
     return not any(isinstance(x, Call) for x in subexprs(e))
@@ -120,7 +107,7 @@ def _whole_blocks(n: IRExpr, width: int) -> IRExpr:
     return mul(_blocks(n, width), Const(width))
 
 
-def _row_sums(loop: For, results: dict[str, str]) -> tuple[str, IRExpr, IRExpr, Assign, int] | None:
+def _row_sums(loop: For, results: dict[str, str]) -> RowSums | None:
     """(array, row start, row length, update, block width) of a loop over positions that
     declares values and then adds into one dense row of a result array in ``results``, its
     loop over the row innermost and last, the row not known to be shorter than a block; None
@@ -154,12 +141,11 @@ def _row_sums(loop: For, results: dict[str, str]) -> tuple[str, IRExpr, IRExpr, 
     return vals, base, n, update, width
 
 
-def _blocked(loop: For, results: dict[str, str], taken: set[str], zeroed: bool) -> IRStmt:
-    """A row-sum loop (:func:`_row_sums`) by blocks of columns summed in a local array, which
+def _blocked(loop: For, sums: RowSums, results: dict[str, str], taken: set[str],
+             zeroed: bool) -> IRStmt:
+    """A row-sum loop and its :func:`_row_sums` by blocks of columns summed in a local array, which
     starts from zero where the row was ``zeroed`` before the loop, else from the row; then
     the loop as it was over the columns past the last whole block."""
-    sums = _row_sums(loop, results)
-    assert sums is not None
     vals, base, n, update, width = sums
     *prefix, row = loop.body.stmts
     # the same names in every copy of a loop: a parallel loop and its serial copy stay alike
