@@ -170,6 +170,50 @@ def test_scipy_operands_take_the_c_path_through_one_cached_storage(monkeypatch: 
     np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x)
 
 
+def test_scipy_operand_is_reused_only_while_the_matrix_keeps_its_arrays() -> None:
+    """A kernel called again on the same SciPy matrix reuses its wrapped Tensor (O(1) checks
+    instead of from_scipy's), which follows in-place value changes; index arrays changed in
+    place are checked again, and new arrays get a new Tensor."""
+    from coiter.tensor import scipy_operand
+
+    rng = np.random.default_rng(12)
+    a = sp.random_array((8, 6), density=0.4, rng=rng, format="csr")
+    x = rng.standard_normal(6)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x)
+    t = scipy_operand(a, "A")
+    assert scipy_operand(a, "A") is t and scipy_operand(a, "B") is not t
+    a.data *= 3  # the same arrays: the same Tensor, the new values
+    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x)
+    assert scipy_operand(a, "A") is t
+    a.data = a.data + 1  # a new values array
+    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x)
+    assert scipy_operand(a, "A") is not t
+    a.indices[0] = 6  # a column index past the last, written in place
+    with pytest.raises(coiter.FormatError, match="A"):
+        k(A=a, x=x)
+
+
+@pytest.mark.parametrize("kind", ["unsorted", "mixed index types", "strided values"])
+def test_scipy_operands_that_are_copied_follow_in_place_value_changes(kind: str) -> None:
+    """Matrices coiter cannot share as they are (unsorted indices, indptr and indices of two
+    integer types, values with a stride) are converted on every call, never kept: a kept
+    copy would miss the caller's later in-place changes."""
+    indptr = np.array([0, 2, 3, 5])
+    indices = np.array([2, 0, 1, 1, 0]) if kind == "unsorted" else np.array([0, 2, 1, 0, 1])
+    data = np.arange(1.0, 11.0)[::2] if kind == "strided values" else np.arange(1.0, 6.0)
+    a = sp.csr_array((data, indices.astype(np.int32), indptr.astype(np.int32)), shape=(3, 3))
+    if kind == "mixed index types":
+        a.indptr = a.indptr.astype(np.int64)  # SciPy's constructor would give both one type
+    assert (a.indptr.dtype != a.indices.dtype) == (kind == "mixed index types")
+    assert a.has_sorted_indices == (kind != "unsorted") and a.data.flags.c_contiguous == (kind != "strided values")
+    x = np.array([1.0, 10.0, 100.0])
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    for scale in (1.0, 2.0, -0.5):
+        a.data *= scale
+        np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a.toarray() @ x)
+
+
 @needs_plan
 def test_evaluate_and_einsum_reuse_the_plan_only_for_matching_operands() -> None:
     rng = np.random.default_rng(5)

@@ -27,7 +27,7 @@ from .operands import as_tensor
 from .pictures import Dot
 from .runtime.callplan import Bound, build_plan, remember_extents
 from .runtime.kernel import StorageKernel, Variant
-from .tensor import Tensor, check_shape
+from .tensor import Tensor, check_shape, scipy_operand
 
 
 # More threads than any machine coiter runs on; libgomp crashes on absurd counts (100000).
@@ -232,7 +232,7 @@ class Kernel:
 
 def _scipy_as_tensors(operands: dict[str, Any]) -> dict[str, Any]:
     """``operands`` with SciPy matrices wrapped as Tensors (sharing their arrays)."""
-    return {n: Tensor.from_scipy(v, name=n) if sp.issparse(v) else v for n, v in operands.items()}
+    return {n: scipy_operand(v, n) if sp.issparse(v) else v for n, v in operands.items()}
 
 
 def _is_sparse(obj: Any) -> bool:

@@ -166,10 +166,12 @@ def _segments_canonical(pos: np.ndarray, crd: np.ndarray) -> bool:
     return bool(rising.all())
 
 
-# Index arrays of SciPy operands checked already (kept alive here, so their memory is not
-# reused): calling a kernel again on the same matrix skips the O(nnz) checks. Like SciPy's
-# own has_canonical_format flag, this trusts that index arrays are not rewritten in place.
-_CHECKED: OrderedDict[tuple, tuple[np.ndarray, np.ndarray, bool, bytes]] = OrderedDict()
+# Index arrays of SciPy operands checked already, by identity: calling a kernel again on the
+# same matrix skips the O(nnz) checks. Entries hold the arrays weakly and leave as they die,
+# so a matrix the program drops is freed (and a new array with its id matches no entry).
+# Like SciPy's own has_canonical_format flag, this trusts that index arrays are not
+# rewritten in place.
+_CHECKED: OrderedDict[tuple, tuple[weakref.ref, weakref.ref, bool, bytes]] = OrderedDict()
 _CHECKED_MAX = 32
 _FINGERPRINT_SAMPLES = 64
 
@@ -182,8 +184,8 @@ def _fingerprint(pos: np.ndarray, crd: np.ndarray) -> bytes:
     out = b""
     for a in (pos, crd):
         n = a.shape[0]
-        if n:
-            out += a[_samples(n)].tobytes()
+        if n:  # all of a short array (what the samples would pick) without indexing
+            out += a.tobytes() if n <= _FINGERPRINT_SAMPLES else a[_samples(n)].tobytes()
     return out
 
 
@@ -193,43 +195,90 @@ def _samples(n: int) -> np.ndarray:
     return np.linspace(0, n - 1, min(n, _FINGERPRINT_SAMPLES)).astype(np.intp)
 
 
+def _dropper(cache: OrderedDict, key: tuple) -> Callable[[Any], None]:
+    """A weak reference callback that removes ``key`` from ``cache`` (its object died)."""
+    return lambda _ref: cache.pop(key, None)
+
+
 def _checked_structure(pos: np.ndarray, crd: np.ndarray, shape: tuple[int, int], layout: Format,
                        name: str) -> bool:
     """Validate a SciPy matrix's ``pos``/``crd`` (FormatError naming ``name``) and return
-    whether its segments are canonical; remembered for the same arrays."""
-    key = (pos.ctypes.data, crd.ctypes.data, pos.shape, crd.shape, pos.dtype.str, shape, layout.ordering)
+    whether its segments are canonical; remembered for the same arrays while they live."""
+    key = (id(pos), id(crd), pos.shape, crd.shape, pos.dtype.str, shape, layout.ordering)
     hit = _CHECKED.get(key)
-    if hit is not None and hit[0] is pos and hit[1] is crd and hit[3] == _fingerprint(pos, crd):
+    if hit is not None and hit[0]() is pos and hit[1]() is crd and hit[3] == _fingerprint(pos, crd):
         _CHECKED.move_to_end(key)
         return hit[2]
     # Check the structure before anything (including SciPy's own C++ routines) indexes with it.
     loose = Format([Dense(), Compressed(ordered=False, unique=False)], layout.ordering)
     Storage(loose, shape, ({}, {"pos": pos, "crd": crd}), np.zeros(crd.shape[0])).validate(name)
     canonical = _segments_canonical(pos, crd)
-    _CHECKED[key] = (pos, crd, canonical, _fingerprint(pos, crd))
+    drop = _dropper(_CHECKED, key)
+    _CHECKED[key] = (weakref.ref(pos, drop), weakref.ref(crd, drop), canonical, _fingerprint(pos, crd))
     if len(_CHECKED) > _CHECKED_MAX:
         _CHECKED.popitem(last=False)
     return canonical
 
 
-# Storages sharing SciPy matrices' arrays, by the arrays: a kernel called again on the same
+# Storages sharing SciPy matrices' arrays, by matrix: a kernel called again on the same
 # matrix reuses its Storage and with it the argument block the C call path reads (building
-# both costs about as much as the call itself on mid-size matrices).
-_SHARED: OrderedDict[tuple, Storage] = OrderedDict()
+# both costs about as much as the call itself on mid-size matrices). An entry holds its
+# matrix weakly and leaves when the matrix dies (the Storage holds the matrix's arrays, so
+# holding those weakly would keep them forever).
+_SHARED: OrderedDict[tuple, tuple[weakref.ref, Storage]] = OrderedDict()
 
 
-def _shared_storage(layout: Format, shape: tuple[int, int], pos: np.ndarray, crd: np.ndarray,
+def _shared_storage(m: Any, layout: Format, shape: tuple[int, int], pos: np.ndarray, crd: np.ndarray,
                     vals: np.ndarray) -> Storage:
-    key = (id(pos), id(crd), id(vals), shape, layout)
-    st = _SHARED.get(key)
-    if st is not None and st.levels[1]["pos"] is pos and st.levels[1]["crd"] is crd and st.vals is vals:
-        _SHARED.move_to_end(key)
-        return st
+    """The Storage of SciPy matrix ``m`` over its arrays ``pos``, ``crd``, ``vals``."""
+    key = (id(m), shape, layout)
+    hit = _SHARED.get(key)
+    if hit is not None:
+        matrix, st = hit
+        if matrix() is m and st.levels[1]["pos"] is pos and st.levels[1]["crd"] is crd and st.vals is vals:
+            _SHARED.move_to_end(key)
+            return st
     st = Storage(layout, shape, ({}, {"pos": pos, "crd": crd}), vals)
-    _SHARED[key] = st
+    try:
+        _SHARED[key] = (weakref.ref(m, _dropper(_SHARED, key)), st)
+    except TypeError:  # an object without weak references: not cached
+        return st
     if len(_SHARED) > _CHECKED_MAX:
         _SHARED.popitem(last=False)
     return st
+
+
+# SciPy operands of kernel calls wrapped already, by matrix and operand name: a kernel called
+# again on the same matrix gets the same Tensor after O(1) checks (1 us against from_scipy's
+# 7 on a 10 x 10 CSR matrix). Only Tensors that share all three of the matrix's arrays are
+# kept, so that they follow its in-place value changes; its index arrays must still have the
+# fingerprint they had. Entries leave as their matrices die.
+_WRAPPED: OrderedDict[tuple[int, str], tuple[weakref.ref, bytes, Tensor]] = OrderedDict()
+
+
+def scipy_operand(m: Any, name: str) -> Tensor:
+    """``Tensor.from_scipy(m, name=name)`` for a kernel call; the same Tensor again while
+    ``m`` keeps the arrays it had. Never handed to the user (who could assign to it)."""
+    key = (id(m), name)
+    hit = _WRAPPED.get(key)
+    if hit is not None:
+        matrix, fingerprint, t = hit
+        st = t.storage
+        if (matrix() is m and m.indptr is st.levels[1]["pos"] and m.indices is st.levels[1]["crd"]
+                and m.data is st.vals and m.shape == t.shape and _fingerprint(m.indptr, m.indices) == fingerprint):
+            _WRAPPED.move_to_end(key)
+            return t
+    t = Tensor.from_scipy(m, name=name)
+    st = t.storage
+    if (m.format in ("csr", "csc") and st.levels[1].get("pos") is m.indptr
+            and st.levels[1].get("crd") is m.indices and st.vals is m.data):
+        try:
+            _WRAPPED[key] = (weakref.ref(m, _dropper(_WRAPPED, key)), _fingerprint(m.indptr, m.indices), t)
+        except TypeError:  # an object without weak references: not kept
+            return t
+        if len(_WRAPPED) > _CHECKED_MAX:
+            _WRAPPED.popitem(last=False)
+    return t
 
 
 def _compressed_storage(m: Any, fmt: Format, name: str) -> Storage:
@@ -243,7 +292,7 @@ def _compressed_storage(m: Any, fmt: Format, name: str) -> Storage:
         raise FormatError(f"{name}: {vals.shape[0] if vals.ndim == 1 else vals.shape} values for "
                           f"{int(pos[-1])} stored entries")
     if canonical and fmt == layout:
-        return _shared_storage(layout, shape, pos, crd, vals)
+        return _shared_storage(m, layout, shape, pos, crd, vals)
     if canonical and fmt in (csr, csc):
         # SciPy's CSR<->CSC transposition is linear time and keeps indices sorted and unique.
         other = m.tocsr() if fmt == csr else m.tocsc()
