@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OPTIONAL = ("sparse_dot_mkl", "graphblas", "sparse", "tensora", "torch", "matplotlib", "tqdm",
             "threadpoolctl")
@@ -44,3 +46,26 @@ def test_quick_benchmark_verifies_coiter(tmp_path: Path) -> None:
     assert results["compile"]["cold"]["kernels"]["spmv"]["total_s"] > 0
     assert "SpMV" in (out / "summary.md").read_text()
     assert not list(out.glob("*.png"))  # no matplotlib, no plots
+
+
+def test_a_worker_whose_memory_is_full_restarts_between_cases(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker over its memory share stops after each case and a fresh one resumes after
+    it, not reported as a death: every case is measured once, checked against the reference."""
+    sys.path.insert(0, str(REPO_ROOT))  # the repository's benchmarks/
+    from benchmarks.suite.cli import _worker
+    from benchmarks.suite.settings import Settings
+
+    settings = Settings.for_mode(True, kernels=["spmv"], threads=[1], peers=["scipy"], out_dir=str(tmp_path),
+                                 data_dir=None, gen_size=300, inputs=["gen-"], worker_memory_fraction=1e-9)
+    path = tmp_path / "settings.json"
+    path.write_text(settings.to_json())
+    run = _worker(settings, path, 1)
+    assert "error" not in run
+    names = [case["input"]["name"] for case in run["cases"]]
+    assert len(names) == len(set(names)) >= 3
+    for case in run["cases"]:
+        assert case["systems"]["coiter"]["status"] == "ok", case
+        assert case["systems"]["scipy"]["status"] == "ok", case
+        assert case["rss_mb"] > 0
+    assert "died" not in capsys.readouterr().err

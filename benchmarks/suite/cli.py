@@ -24,6 +24,7 @@ from .environment import describe, thread_env
 from .kernels import KERNELS
 from .peers import SYSTEMS
 from .settings import DEFAULT_DATA, DEFAULT_OUT, REPO_ROOT, Settings
+from .worker import RESTART_STATUS
 
 PEER_KEYS = [k for k in SYSTEMS if k != "coiter"]
 # rough seconds per (kernel, input) case with every peer, when no earlier run tells better
@@ -111,7 +112,8 @@ def _worker(settings: Settings, settings_path: Path, threads: int) -> dict[str, 
     """One thread count's results. A worker stuck in a first call for longer than
     ``call_timeout_s``, or killed during one (the kernel's out-of-memory killer), is started
     again without that call (see worker.py). One killed elsewhere is started again at the
-    case it was in, unless it died there before; then it leaves the cases it finished."""
+    case it was in, unless it died there before; then it leaves the cases it finished. One
+    that stopped between cases because its memory was full is started again after them."""
     out = settings_path.with_name(f"run-{threads}.json")
     state = settings_path.with_name(f"state-{threads}.json")
     state.write_text(json.dumps({"slow": []}))
@@ -126,6 +128,8 @@ def _worker(settings: Settings, settings_path: Path, threads: int) -> dict[str, 
             now = _read_state(state)
             if now.get("in_call") and time.time() - now["since"] > settings.call_timeout_s:
                 stuck = now
+        if stuck is None and proc.returncode == RESTART_STATUS:
+            continue  # stopped between cases, its memory full (worker.py): resumes after them
         died = proc.returncode not in (None, 0)
         if stuck is None and died and _read_state(state).get("in_call"):
             stuck = _read_state(state)

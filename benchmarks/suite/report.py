@@ -303,7 +303,10 @@ def write_summary(results: dict[str, Any], path: Path, plots: list[str]) -> None
         f"A system whose call takes over {s['slow_limit_s']:g} s is shown as slow, not timed; inputs run "
         "smallest first and a system slow on one is not run on that kernel's larger cases (SpGEMM: by "
         f"multiply-adds); a first call not done after {s['call_timeout_s']:g} s is abandoned (the worker "
-        "process is restarted without it).",
+        "process is restarted without it). A worker that holds more than "
+        f"{s.get('worker_memory_fraction', 0.4):.0%} of the machine's memory after a case is replaced "
+        "by a fresh one (torch's SpGEMM and SpAdd3 keep about their result's memory per call); each "
+        "case's resident memory is in results.json.",
         "- scipy, MKL, GraphBLAS and torch have no sparse tensors of order > 2: they run TTV and TTM "
         "as SpMV/SpMM on B's nonempty fibers (rows) x last mode, and INNERPROD on the mode-0 "
         "unfoldings, built untimed like every other operand conversion. Their TTV/TTM results take "

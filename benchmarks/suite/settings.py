@@ -45,6 +45,10 @@ class Settings:
     batch_warmup: int = 4
     slow_limit_s: float = 1.0  # a system whose checked call is slower is not timed
     call_timeout_s: float = 10.0  # a first call still running then is abandoned
+    # a worker whose memory passed this fraction of the machine's after a case exits to be
+    # started afresh: peers that leak (torch's sparse results) would otherwise have the
+    # out-of-memory killer stop it in some later call, possibly another system's
+    worker_memory_fraction: float = 0.4
     spgemm_flops_limit: float = 2e7  # multiply-adds of A*B above which SpGEMM is skipped
     dense_bytes_limit: float = 200e6  # NumPy dense runs only when its arrays fit in this
     dense_flops_limit: float = 2e10  # ...and its dense arithmetic is at most this

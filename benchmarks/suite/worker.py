@@ -15,7 +15,9 @@ A call into a peer cannot be interrupted, and some peers take minutes on some in
 So the worker also writes into STATE.json which first call it is in ("in_call":
 [kernel, input, system, work]); the parent kills a worker stuck past ``call_timeout_s``,
 adds that call to "slow" and starts the worker again, which resumes after the cases in
-OUT.json.
+OUT.json. A worker that holds more than ``Settings.worker_memory_fraction`` of the
+machine's memory after a case (some peers leak: torch's SpGEMM and SpAdd3 keep about their
+result per call) exits with RESTART_STATUS and is started again the same way.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from .timing import per_call, round_robin, timed_call
 
 Systems = dict[str, Peer | Unavailable]
 FIRST_CALL_ALLOWANCE_S = 3.0  # one-time work of a first call, e.g. pydata's Numba JIT
+RESTART_STATUS = 75  # exit status of a worker that stops between cases to be started afresh
 
 
 def short(exc: BaseException, limit: int = 300) -> str:
@@ -173,6 +176,13 @@ class Worker:
             out["coiter_entry_points"] = {name: {"median_s": sorted(ts)[1]} for name, ts in timings.items()}
         return out
 
+    def _memory_full(self) -> bool:
+        """Whether this worker holds more than its share of the machine's memory (see
+        ``Settings.worker_memory_fraction``); the parent starts a fresh one then."""
+        rss = rss_mb()
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20
+        return rss is not None and rss > self.settings.worker_memory_fraction * total
+
     def run(self) -> None:
         """Measure everything not measured yet, saving after every case (a killed worker
         loses only the case it was in)."""
@@ -204,15 +214,27 @@ class Worker:
                 continue
             inp = ref.load()
             for kernel in todo:
-                result["cases"].append(self.run_case(kernel, inp))
+                result["cases"].append(self.run_case(kernel, inp) | {"rss_mb": rss_mb()})
                 progress.step(f"{kernel.title} {inp.name}")
                 result["elapsed_s"] = time.perf_counter() - start
                 write_json(self.out_path, result)
+                if self._memory_full():
+                    sys.exit(RESTART_STATUS)
             del inp
         progress.close()
         result["load_average"]["end"] = list(os.getloadavg())
         result["elapsed_s"] = time.perf_counter() - start
         write_json(self.out_path, result)
+
+
+def rss_mb() -> float | None:
+    """This process's resident memory now, in MB (None where /proc is missing): kept per
+    case, to find what a long-lived worker accumulates."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 def thread_pools(threads: int) -> list[dict[str, Any]]:
