@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import coiter
 import coiter.api
+import coiter.lazy
 from coiter.errors import ArgumentError, ShapeError
 from coiter.lazy import Lazy
 
@@ -247,3 +248,64 @@ def test_random_operator_chains(data: st.DataObject) -> None:
         else:
             value, ref = 3 * value, 3 * ref
     np.testing.assert_allclose(np.asarray(value), ref, rtol=1e-12, atol=1e-12)
+
+
+def _operand(kind: str, dense: np.ndarray) -> object:
+    """``dense`` as an operand of the given kind."""
+    if kind == "array":
+        return dense
+    if kind == "float32 array":
+        return dense.astype(np.float32)
+    if dense.ndim == 1:
+        return coiter.Tensor.from_numpy(dense, format="s" if kind.endswith("sparse") else "d")
+    if kind == "scipy csr":
+        return sp.csr_array(dense)
+    if kind == "scipy csc":
+        return sp.csc_array(dense)
+    return coiter.Tensor.from_numpy(dense, format="csr" if kind == "csr" else "dd")
+
+
+PRODUCT_KINDS = [("csr", "array"), ("scipy csr", "array"), ("scipy csc", "float32 array"),
+                 ("dense", "array"), ("array", "csr"), ("csr", "sparse"), ("scipy csr", "scipy csc")]
+
+
+def test_a_product_alone_reuses_its_kernel_and_stays_right_as_operands_change(monkeypatch) -> None:
+    """``A @ x`` of operands as given runs the kernel the last such product used, through
+    its call plan; operands of other formats or types still get (and then keep) their own."""
+    rng = np.random.default_rng(44)
+    a = rng.random((12, 9)) * (rng.random((12, 9)) < 0.3)
+    b, v = rng.random((9, 5)) * (rng.random((9, 5)) < 0.4), rng.random(9)
+    for left, right in PRODUCT_KINDS:
+        for other in (v, b):
+            x, y = _operand(left, a), _operand(right, other)
+            for _ in range(2):
+                # SciPy's own @ takes a SciPy left operand: then the product coiter.lazy builds
+                via_operator = not sp.issparse(x) and (isinstance(x, coiter.Tensor) or isinstance(y, coiter.Tensor))
+                got = x @ y if via_operator else coiter.lazy.matmul(x, y)
+                assert isinstance(got, Lazy) and got.shape == (a @ other).shape
+                np.testing.assert_allclose(np.asarray(got.evaluate().to_numpy()), a @ other, rtol=1e-6)
+    # the same kinds again: no kernel is looked up
+    x, y = _operand("csr", a), v
+    np.testing.assert_allclose((x @ y).to_numpy(), a @ v)
+    monkeypatch.setattr(coiter.api, "kernel_for", lambda *args: pytest.fail("kernel looked up"))
+    for scale in (1.0, 3.0):
+        np.testing.assert_allclose((x @ (scale * v)).to_numpy(), a @ (scale * v))
+
+
+def test_a_deferred_product_feeds_a_larger_expression() -> None:
+    """A product built without its expression still fuses into what it feeds, and its
+    errors (shapes, operand types) come when it is written."""
+    rng = np.random.default_rng(45)
+    a, v, w = rng.random((7, 6)) * (rng.random((7, 6)) < 0.5), rng.random(6), rng.random(7)
+    t = coiter.Tensor.from_numpy(a, format="csr")
+    for expr, ref in [((t @ v) + w, a @ v + w), (2 * (t @ v), 2 * (a @ v)), ((t @ v) @ (t @ v), (a @ v) @ (a @ v)),
+                      (w @ (t @ np.eye(6)), w @ a), (t @ v, a @ v)]:
+        np.testing.assert_allclose(np.asarray(expr.to_numpy()), ref)
+    assert (t @ t.T).to_numpy().shape == (7, 7)
+    with pytest.raises(ShapeError, match="do not align"):
+        t @ w
+    with pytest.raises(ShapeError, match="1 or 2 axes"):
+        t @ np.ones((6, 2, 2))
+    for odd in (np.array(["a"] * 6, dtype=object), np.ones(6, dtype=np.longdouble)):
+        with pytest.raises(coiter.DTypeError):
+            t @ odd

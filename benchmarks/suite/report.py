@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from . import analysis, targets
 from .kernels import KERNELS
+from .peers.coiter_peer import ENTRY_POINTS
 
 HOW_TO_READ = ("ratio = peer time / coiter time (median of the timed runs): "
                "above 1 means coiter is faster")
@@ -195,13 +196,15 @@ def _overhead_md(results: dict[str, Any]) -> str:
                                 for s in names)])
     text = ("Median time per call in µs on a 10 x 10 tridiagonal SpMV (coiter: cached kernel, "
             "`kernel(A=A, x=x)` with A a coiter Tensor):\n\n" + markdown_table(["threads", *names], rows))
-    entry_rows = [[t, *(f"{e[name]['median_s'] * 1e6:.2f}" for name in ("kernel call", "evaluate", "einsum"))]
-                  for t in analysis.thread_counts(results)
-                  if (e := results["runs"][t]["overhead"].get("coiter_entry_points"))]
-    if entry_rows:
+    entries = {t: e for t in analysis.thread_counts(results)
+               if (e := results["runs"][t]["overhead"].get("coiter_entry_points"))}
+    if entries:
+        names = [n for n in ENTRY_POINTS if all(n in e for e in entries.values())]
+        entry_rows = [[t, *(f"{e[n]['median_s'] * 1e6:.2f}" for n in names)] for t, e in entries.items()]
         text += ("\n\nThe same call through coiter's entry points, µs per call (kernels cached; "
-                 "`coiter.evaluate(\"y(i) = A(i,j) * x(j)\", A=A, x=x)`, `coiter.einsum(\"ij,j->i\", A, x)`):"
-                 "\n\n" + markdown_table(["threads", "kernel call", "evaluate", "einsum"], entry_rows))
+                 "`coiter.evaluate(\"y(i) = A(i,j) * x(j)\", A=A, x=x)`, `coiter.einsum(\"ij,j->i\", A, x)`, "
+                 "`(A @ x).evaluate()`; A a coiter Tensor, or the SciPy matrix itself where named):"
+                 "\n\n" + markdown_table(["threads", *names], entry_rows))
     return text
 
 

@@ -29,7 +29,7 @@ from .kernel import Kernel
 from .tensor import Frontend as _Frontend, Tensor
 
 # Tensor's DSL and operators compute through the layers above it (see coiter.tensor).
-Tensor.frontend = _Frontend(_run_assignment, _lazy.Lazy.leaf, _lazy.array_ufunc, _lazy.array_function)
+Tensor.frontend = _Frontend(_run_assignment, _lazy.Lazy.leaf, _lazy.matmul, _lazy.array_ufunc, _lazy.array_function)
 
 __version__ = "0.1.0"
 

@@ -21,7 +21,7 @@ from .kernel import Kernel
 from .operands import as_tensor
 from .runtime.kernel import StorageKernel
 from .runtime.workspace_choice import memory_cap
-from .tensor import Tensor, check_dtype
+from .tensor import Tensor, check_dtype, scipy_as_tensors, scipy_operand
 
 AssignmentLike = str | Assignment
 ScheduleLike = str | Sequence[Command] | ConcreteProgram | None  # or "auto"
@@ -267,14 +267,14 @@ def evaluate(
     """
     spelling = _spelling(assignment, out_format) if out_shape is None else None
     if spelling is not None:
-        out = _call_last(spelling, operands)
+        out = call_remembered(spelling, operands)
         if out is not None:
             return out
     a = _as_assignment(assignment)
     tensors = {n: as_tensor(v, name=n) for n, v in operands.items()}
     kernel = kernel_for(a, tensors, out_format)
     if spelling is not None:
-        _remember(spelling, kernel)
+        remember_kernel(spelling, kernel)
     return kernel.run(tensors, out_shape)
 
 
@@ -286,7 +286,7 @@ def _spelling(assignment: Any, out_format: Any) -> tuple | None:
     return None
 
 
-def _call_last(spelling: tuple, operands: dict[str, Any]) -> Tensor | None:
+def call_remembered(spelling: tuple, operands: dict[str, Any]) -> Tensor | None:
     """The result of the last kernel used for ``spelling`` through its C call plan, or None
     when that does not apply."""
     kernel = _last.get(spelling)
@@ -295,10 +295,12 @@ def _call_last(spelling: tuple, operands: dict[str, Any]) -> Tensor | None:
     if plan is None:
         return None
     out = plan(operands, None)
+    if out is NotImplemented and any(sp.issparse(v) for v in operands.values()):
+        out = plan(scipy_as_tensors(operands), None)
     return None if out is NotImplemented else out
 
 
-def _remember(spelling: tuple, kernel: Kernel) -> None:
+def remember_kernel(spelling: tuple, kernel: Kernel) -> None:
     if len(_last) >= _LAST_MAX:
         _last.pop(next(iter(_last)))
     _last[spelling] = kernel
@@ -371,7 +373,7 @@ def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None
     # alone with up to two operands (the call plan refuses other formats)
     spelling = _spelling(subscripts, out_format) if optimize is True and len(operands) <= 2 else None
     if spelling is not None:
-        out = _call_last((*spelling, len(operands)), dict(zip(names, operands)))
+        out = call_remembered((*spelling, len(operands)), dict(zip(names, operands)))
         if out is not None:
             return out
     # NumPy arrays alone whose plan was one NumPy step: no Tensors, no planning
@@ -392,7 +394,7 @@ def einsum(subscripts: str, *operands: Any, out_format: FormatLike | None = None
         return _run_plan(plan, list(tensors.values()), out_format is None)
     kernel = _step_kernel(plan.subscripts, tensors, fmt)
     if spelling is not None:
-        _remember((*spelling, len(operands)), kernel)
+        remember_kernel((*spelling, len(operands)), kernel)
     # the call plan binds arrays directly: cheaper than the Tensors wrapping them
     return kernel.run(dict(zip(names, operands)))
 
@@ -411,13 +413,14 @@ def einsum_path(subscripts: str, *operands: Any, out_format: FormatLike | None =
 
 def _shared_operands(names: Sequence[str], operands: Sequence[Any]) -> tuple[Any, ...]:
     """``operands`` with SciPy matrices as Tensors (the C call path takes Tensors and arrays),
-    one Tensor per distinct matrix (``einsum("ij,jk->ik", a, a)`` converts ``a`` once)."""
+    one Tensor per distinct matrix (``einsum("ij,jk->ik", a, a)`` converts ``a`` once), the
+    same one again while the matrix is unchanged (:func:`~coiter.tensor.scipy_operand`)."""
     seen: dict[int, Any] = {}
     out = []
     for name, op in zip(names, operands):
         if sp.issparse(op):
             if id(op) not in seen:
-                seen[id(op)] = as_tensor(op, name=name)
+                seen[id(op)] = scipy_operand(op, name)
             op = seen[id(op)]
         out.append(op)
     return tuple(out)

@@ -27,7 +27,7 @@ from .operands import as_tensor
 from .pictures import Dot
 from .runtime.callplan import Bound, build_plan, remember_extents
 from .runtime.kernel import StorageKernel, Variant
-from .tensor import Tensor, check_shape, scipy_operand
+from .tensor import Tensor, check_shape, scipy_as_tensors
 
 
 # More threads than any machine coiter runs on; libgomp crashes on absurd counts (100000).
@@ -103,7 +103,7 @@ class Kernel:
             if out is NotImplemented:
                 # the C path takes Tensors and arrays: SciPy matrices become Tensors (their
                 # storage is cached by array) and the plan is tried again
-                out = plan(_scipy_as_tensors(operands), threads)
+                out = plan(scipy_as_tensors(operands), threads)
             if out is not NotImplemented and out is not None:
                 return out
         return self._run("fused", operands, threads=threads)
@@ -228,11 +228,6 @@ class Kernel:
     def __repr__(self) -> str:
         formats = ", ".join(f"{n}={f.to_string()!r}" for n, f in sorted(self.core.formats.items()))
         return f"coiter.Kernel({str(self.core.assignment)!r}, {formats})"
-
-
-def _scipy_as_tensors(operands: dict[str, Any]) -> dict[str, Any]:
-    """``operands`` with SciPy matrices wrapped as Tensors (sharing their arrays)."""
-    return {n: scipy_operand(v, n) if sp.issparse(v) else v for n, v in operands.items()}
 
 
 def _is_sparse(obj: Any) -> bool:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -56,7 +56,7 @@ from .notation.ast import (
     children, map_accesses, rename_index, walk, with_children,
 )
 from .notation.functions import FUNCTIONS, computation_dtype, ufunc_expr, zero_at
-from .tensor import Tensor, densify_check
+from .tensor import Tensor, check_dtype, densify_check
 
 _leaves = itertools.count()  # operand names while an expression is built (L0, L1, ...)
 _vars = itertools.count()  # index variable names while an expression is built
@@ -66,19 +66,53 @@ def _var() -> IndexVar:
     return IndexVar(f"v{next(_vars)}")
 
 
-class Lazy(ArrayMethods):
-    """A tensor expression over coiter Tensors, not computed yet (see the module's doc)."""
+Parts = tuple[Expr, tuple[IndexVar, ...], dict[str, Tensor]]
 
-    __slots__ = ("_expr", "_free", "shape", "_operands", "_sparse")
+
+class Lazy(ArrayMethods):
+    """A tensor expression over coiter Tensors, not computed yet (see the module's doc).
+
+    A product of two operands as given (``A @ x``) defers building its expression until an
+    enclosing expression needs it: computed alone, it calls the kernel the last such product
+    used through its C call plan (about the kernel call's cost), not the whole path."""
+
+    __slots__ = ("_parts", "_build", "_pair", "shape", "_sparse")
     __array_priority__ = 20  # NumPy defers ``ndarray + Lazy`` to this class
 
     def __init__(self, expr: Expr, free: tuple[IndexVar, ...], shape: tuple[int, ...],
                  operands: dict[str, Tensor], sparse: bool) -> None:
-        self._expr = expr
-        self._free = free
+        self._parts: Parts | None = (expr, free, operands)
+        self._build: Callable[[], Parts] | None = None
+        self._pair: tuple[Any, Any] | None = None
         self.shape = shape
-        self._operands = operands
         self._sparse = sparse
+
+    @classmethod
+    def _product(cls, x: Any, y: Any, shape: tuple[int, ...], sparse: bool) -> Lazy:
+        """``x @ y`` of two operands as given, its expression built when first needed."""
+        lazy = cls.__new__(cls)
+        lazy._parts, lazy._pair = None, (x, y)
+        lazy._build = lambda: _matmul_parts(Lazy.leaf(x), Lazy.leaf(y))
+        lazy.shape, lazy._sparse = shape, sparse
+        return lazy
+
+    def _built(self) -> Parts:
+        if self._parts is None:
+            assert self._build is not None
+            self._parts, self._build = self._build(), None
+        return self._parts
+
+    @property
+    def _expr(self) -> Expr:
+        return self._built()[0]
+
+    @property
+    def _free(self) -> tuple[IndexVar, ...]:
+        return self._built()[1]
+
+    @property
+    def _operands(self) -> dict[str, Tensor]:
+        return self._built()[2]
 
     @staticmethod
     def leaf(obj: Any) -> Lazy:
@@ -241,10 +275,10 @@ class Lazy(ArrayMethods):
     __hash__ = object.__hash__  # identity, though == compares values (see the module's doc)
 
     def __matmul__(self, other: Any) -> Lazy:
-        return _matmul(self, other)
+        return matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> Lazy:
-        return _matmul(other, self)
+        return matmul(other, self)
 
     # ------------------------------------------------------------------ evaluation
     def assignment(self) -> tuple[Assignment, dict[str, Tensor]]:
@@ -281,7 +315,18 @@ class Lazy(ArrayMethods):
 
     def evaluate(self, format: Any = None) -> Tensor:
         """Compute the expression with one kernel; the result in ``format`` or by the rule."""
+        from .api import call_remembered, remember_kernel
+
+        key = None
+        if self._pair is not None and format is None:
+            x, y = self._pair
+            key = (matmul, len(x.shape), len(y.shape), self._sparse)
+            out = call_remembered(key, {"T0": x, "T1": y})
+            if out is not None:
+                return out
         kernel, tensors = self._prepared(format)
+        if key is not None:
+            remember_kernel(key, kernel)
         return kernel.run(tensors, self.shape)
 
     def _prepared(self, format: Any) -> tuple[Any, dict[str, Tensor]]:
@@ -432,23 +477,52 @@ def _aligned(op: str, operands: tuple[Lazy, ...]) -> tuple[tuple[IndexVar, ...],
     return free, wide.shape, [_rebase(o, free[len(free) - o.ndim:]) for o in operands]
 
 
-def _matmul(x: Any, y: Any) -> Lazy:
+def matmul(x: Any, y: Any) -> Lazy:
+    """``x @ y`` as an expression: deferred (see :class:`Lazy`) when both are operands as
+    given, coiter Tensors or numeric NumPy arrays or SciPy matrices."""
     if _is_scalar(x) or _is_scalar(y):
         raise ArgumentError("matmul: a scalar operand is not allowed, use * instead")
+    if _plain(x) and _plain(y):
+        shape = _matmul_shape(tuple(x.shape), tuple(y.shape))
+        return Lazy._product(x, y, shape, _sparse_operand(x) and _sparse_operand(y))
     a, b = Lazy.leaf(x), Lazy.leaf(y)
-    if not (1 <= a.ndim <= 2 and 1 <= b.ndim <= 2):
-        raise ShapeError(f"matmul takes operands of 1 or 2 axes, got shapes {a.shape} and {b.shape} "
+    shape = _matmul_shape(a.shape, b.shape)
+    expr, free, operands = _matmul_parts(a, b)
+    return Lazy(expr, free, shape, operands, a._sparse and b._sparse)
+
+
+def _plain(obj: Any) -> bool:
+    """Whether ``obj`` is an operand a product may keep as it is until it runs: a Tensor, a
+    NumPy array of numbers or a SciPy matrix, of a dtype coiter supports (DTypeError now
+    otherwise; whatever else becomes a Tensor at once, so that its errors come at once)."""
+    if isinstance(obj, Tensor):
+        return True
+    if (type(obj) is np.ndarray and obj.dtype.kind in "biufc") or sp.issparse(obj):
+        check_dtype(obj.dtype)
+        return True
+    return False
+
+
+def _sparse_operand(obj: Any) -> bool:
+    return sp.issparse(obj) or (isinstance(obj, Tensor) and not obj.format.is_dense)
+
+
+def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of the product of operands of shapes ``a`` and ``b``; ShapeError if none."""
+    if not (1 <= len(a) <= 2 and 1 <= len(b) <= 2):
+        raise ShapeError(f"matmul takes operands of 1 or 2 axes, got shapes {a} and {b} "
                          "(use coiter.einsum for more)")
-    if a.shape[-1] != b.shape[0]:
-        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not align "
-                         f"({a.shape[-1]} != {b.shape[0]})")
+    if a[-1] != b[0]:
+        raise ShapeError(f"matmul: shapes {a} and {b} do not align ({a[-1]} != {b[0]})")
+    return a[:-1] + b[1:]
+
+
+def _matmul_parts(a: Lazy, b: Lazy) -> Parts:
+    """The expression, free variables and operands of ``a @ b`` (shapes checked)."""
     k = _var()
     left = rename_index(a._expr, a._free[-1], k)
     right = rename_index(b._expr, b._free[0], k)
-    free = a._free[:-1] + b._free[1:]
-    shape = a.shape[:-1] + b.shape[1:]
-    return Lazy(Reduction(k, Mul(left, right)), free, shape, {**a._operands, **b._operands},
-                a._sparse and b._sparse)
+    return Reduction(k, Mul(left, right)), a._free[:-1] + b._free[1:], {**a._operands, **b._operands}
 
 
 def _apply(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
@@ -493,7 +567,7 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: d
         if ufunc in _OPERATORS and len(inputs) == 2:
             return _elementwise(inputs[0], inputs[1], _OPERATORS[ufunc])
         if ufunc is np.matmul:
-            return _matmul(*inputs)
+            return matmul(*inputs)
         if ufunc is np.negative:
             return -Lazy.leaf(inputs[0])
         if ufunc is np.positive:
@@ -517,12 +591,12 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         shape = args[0].shape  # a Tensor or Lazy: NumPy dispatched on it
         return {np.shape: shape, np.ndim: len(shape), np.size: math.prod(shape)}[func]
     if func is np.matmul and not kwargs:
-        return _matmul(*args)
+        return matmul(*args)
     if func is np.dot and not kwargs:
         x, y = args
         if _is_scalar(x) or _is_scalar(y):
             return _elementwise(x, y, "*")
-        return _matmul(x, y)
+        return matmul(x, y)
     if func is np.transpose:
         return Lazy.leaf(args[0]).transpose(kwargs.get("axes", args[1] if len(args) > 1 else None))
     reduction = _REDUCTIONS.get(func)

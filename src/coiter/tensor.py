@@ -281,6 +281,11 @@ def scipy_operand(m: Any, name: str) -> Tensor:
     return t
 
 
+def scipy_as_tensors(operands: dict[str, Any]) -> dict[str, Any]:
+    """``operands`` with SciPy matrices as the Tensors of :func:`scipy_operand`."""
+    return {n: scipy_operand(v, n) if sp.issparse(v) else v for n, v in operands.items()}
+
+
 def _compressed_storage(m: Any, fmt: Format, name: str) -> Storage:
     """Storage of a SciPy CSR/CSC matrix in ``fmt``, sharing its arrays when possible."""
     layout = csr if m.format == "csr" else csc
@@ -385,11 +390,13 @@ def densify_check(t: Tensor, what: str) -> None:
 class Frontend:
     """What the layers above lend a Tensor: ``run_assignment(assignment, out_format)`` computes
     a DSL assignment into a Storage (:func:`coiter.api.run_assignment`); ``leaf(tensor)`` is
-    the tensor as an operator expression (:meth:`coiter.lazy.Lazy.leaf`); ``array_ufunc`` and
-    ``array_function`` take NumPy's protocols (:mod:`coiter.lazy`)."""
+    the tensor as an operator expression (:meth:`coiter.lazy.Lazy.leaf`); ``matmul(x, y)`` is
+    ``x @ y`` as one (:func:`coiter.lazy.matmul`); ``array_ufunc`` and ``array_function`` take
+    NumPy's protocols (:mod:`coiter.lazy`)."""
 
     run_assignment: Callable[[Assignment, Format], Storage]
     leaf: Callable[[Tensor], Any]
+    matmul: Callable[[Any, Any], Any]
     array_ufunc: Callable[[Any, str, tuple[Any, ...], dict[str, Any]], Any]
     array_function: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
@@ -846,10 +853,10 @@ class Tensor(ArrayMethods):
 
     def __matmul__(self, other: Any) -> Any:
         """``A @ B``: matrix product (1-D and 2-D operands)."""
-        return self._lazy() @ other
+        return self.frontend.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> Any:
-        return other @ self._lazy()
+        return self.frontend.matmul(other, self)
 
     @property
     def T(self) -> Any:

@@ -51,16 +51,28 @@ def prepare(case: Case) -> Prepared:
     return Prepared(lambda: kernel(**ops), result)
 
 
+ENTRY_POINTS = ("kernel call", "evaluate", "einsum", "A @ x", "kernel call, SciPy A", "evaluate, SciPy A",
+                "einsum, SciPy A")
+
+
 def entry_points(case: Case) -> dict[str, Callable[[], Any]]:
-    """The SpMV case through each way a user calls coiter, for the per-call overhead rows:
-    the compiled kernel, ``coiter.evaluate`` and ``coiter.einsum`` (kernels cached)."""
+    """The SpMV case through each way a user calls coiter, for the per-call overhead rows
+    (ENTRY_POINTS): the compiled kernel, ``coiter.evaluate``, ``coiter.einsum`` and the
+    ``@`` operator on a coiter Tensor, and the first three on the SciPy matrix itself
+    (kernels cached)."""
     kernel = kernel_for(case)
-    a, x = operand(case.ops["A"], None), case.ops["x"]
+    m, x = case.ops["A"], case.ops["x"]
+    a = operand(m, None)
     calls: dict[str, Callable[[], Any]] = {
         "kernel call": lambda: kernel(A=a, x=x),
         "evaluate": lambda: coiter.evaluate("y(i) = A(i,j) * x(j)", A=a, x=x),
         "einsum": lambda: coiter.einsum("ij,j->i", a, x),
+        "A @ x": lambda: (a @ x).evaluate(),
+        "kernel call, SciPy A": lambda: kernel(A=m, x=x),
+        "evaluate, SciPy A": lambda: coiter.evaluate("y(i) = A(i,j) * x(j)", A=m, x=x),
+        "einsum, SciPy A": lambda: coiter.einsum("ij,j->i", m, x),
     }
+    assert tuple(calls) == ENTRY_POINTS
     expected = case.reference
     for name, call in calls.items():  # every entry point computes the right values
         np.testing.assert_allclose(np.asarray(call().to_numpy()), expected, rtol=1e-9, err_msg=name)
