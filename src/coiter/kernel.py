@@ -101,8 +101,9 @@ class Kernel:
         if plan is not None:
             out = plan(operands, threads)
             if out is NotImplemented:
-                # the C path takes Tensors and arrays: SciPy matrices become Tensors (their
-                # storage is cached by array) and the plan is tried again
+                # the C path takes Tensors and arrays: SciPy matrices become Tensors (kept
+                # per matrix while it is unchanged, tensor.scipy_operand) and the plan is
+                # tried again
                 out = plan(scipy_as_tensors(operands), threads)
             if out is not NotImplemented and out is not None:
                 return out
