@@ -129,7 +129,11 @@ def _worker(settings: Settings, settings_path: Path, threads: int) -> dict[str, 
             if now.get("in_call") and time.time() - now["since"] > settings.call_timeout_s:
                 stuck = now
         if stuck is None and proc.returncode == RESTART_STATUS:
-            continue  # stopped between cases, its memory full (worker.py): resumes after them
+            # stopped between cases, its memory full (worker.py): a fresh one resumes after them
+            print(f"\nthe {threads_label(threads)} worker held over "
+                  f"{settings.worker_memory_fraction:.0%} of memory after {_cases_done(out)} cases: "
+                  "starting a fresh one", file=sys.stderr)
+            continue
         died = proc.returncode not in (None, 0)
         if stuck is None and died and _read_state(state).get("in_call"):
             stuck = _read_state(state)
