@@ -309,3 +309,70 @@ def test_a_deferred_product_feeds_a_larger_expression() -> None:
     for odd in (np.array(["a"] * 6, dtype=object), np.ones(6, dtype=np.longdouble)):
         with pytest.raises(coiter.DTypeError):
             t @ odd
+
+
+@pytest.mark.parametrize("kind", ["csr", "dense", "scipy csc"])
+def test_products_of_transposes_reuse_their_kernel_and_stay_right(kind: str, monkeypatch) -> None:
+    """``A.T @ x``, ``x @ A.T``, ``A.T @ B.T`` and ``A.T.T @ x`` are deferred products too:
+    right on every call, the second through the kernel the first used."""
+    rng = np.random.default_rng(46)
+    a = rng.random((8, 5)) * (rng.random((8, 5)) < 0.5)
+    b = rng.random((6, 8)) * (rng.random((6, 8)) < 0.5)
+    v, w = rng.random(8), rng.random(5)
+    if kind == "scipy csc":  # SciPy's own @ takes a SciPy left operand; its .T is SciPy's
+        t, u = coiter.Tensor.from_scipy(sp.csc_array(a)), coiter.Tensor.from_scipy(sp.csc_array(b))
+    else:
+        t, u = (coiter.Tensor.from_numpy(m, format="csr" if kind == "csr" else "dd") for m in (a, b))
+    cases = [(lambda: t.T @ v, a.T @ v), (lambda: w @ t.T, w @ a.T), (lambda: t.T @ u.T, a.T @ b.T),
+             (lambda: t.T.T @ w, a @ w), (lambda: t.T @ t, a.T @ a), (lambda: np.matmul(t.T, v), a.T @ v)]
+    for build, ref in cases:
+        for _ in range(2):
+            got = build()
+            assert isinstance(got, Lazy)
+            np.testing.assert_allclose(np.asarray(got.evaluate().to_numpy()), ref)
+    at = t.T  # one leaf read twice is one operand of the kernel, two leaves are two
+    for build, ref in [(lambda: at @ at.T, a.T @ a), (lambda: t.T @ t, a.T @ a), (lambda: at @ u.T, a.T @ b.T),
+                       (lambda: at @ at.T, a.T @ a)]:
+        np.testing.assert_allclose(np.asarray(build().to_numpy()), ref)
+    np.testing.assert_allclose(np.asarray((t.T @ t + t.T @ t).to_numpy()), 2 * (a.T @ a))
+    monkeypatch.setattr(coiter.api, "kernel_for", lambda *args: pytest.fail("kernel looked up"))
+    np.testing.assert_allclose((t.T @ (2 * v)).evaluate().to_numpy(), a.T @ (2 * v))
+
+
+def test_element_wise_expressions_of_operands_reuse_their_kernel_and_stay_right(monkeypatch) -> None:
+    """``A + B``, ``A - B``, ``A * B``, a scalar and a tensor, with transposes and a row
+    vector broadcast, are deferred: right on every call (each scalar its own kernel), the
+    repeated ones through the kernel the first used; their format follows the module's rule."""
+    rng = np.random.default_rng(47)
+    a = rng.random((6, 4)) * (rng.random((6, 4)) < 0.5)
+    b = rng.random((6, 4)) * (rng.random((6, 4)) < 0.5)
+    c = rng.random((4, 6)) * (rng.random((4, 6)) < 0.5)
+    v = rng.random(4)
+    ta, tb = coiter.Tensor.from_numpy(a, format="csr"), coiter.Tensor.from_scipy(sp.csr_array(b))
+    tc, sb = coiter.Tensor.from_numpy(c, format="dd"), sp.csr_array(b)
+    M = rng.random((6, 4))  # noqa: N806
+    cases = [(lambda: ta + tb, a + b, "ds"), (lambda: ta - tb, a - b, "ds"), (lambda: ta * tb, a * b, "ds"),
+             (lambda: ta * M, a * M, "ds"), (lambda: ta + M, a + M, "dd"), (lambda: ta + v, a + v, "dd"),
+             (lambda: ta * v, a * v, "ds"), (lambda: ta.T + tc, a.T + c, "dd"), (lambda: ta + tc.T, a + c.T, "dd"),
+             (lambda: 2 * ta, 2 * a, "ds"), (lambda: ta * 3.5, a * 3.5, "ds"), (lambda: ta / 4, a / 4, "ds"),
+             (lambda: 2 - ta, 2 - a, "dd"), (lambda: ta + 0, a, "ds"), (lambda: -0.0 * ta, -0.0 * a, "ds"),
+             (lambda: 0.0 * ta, 0.0 * a, "ds"), (lambda: ta + sb, a + b, "ds"), (lambda: ta.T * 2, a.T * 2, "ds")]
+    for build, ref, letters in cases:
+        for _ in range(2):
+            got = build()
+            assert isinstance(got, Lazy)
+            out = got.evaluate()
+            np.testing.assert_allclose(out.to_numpy(), ref)
+            assert out.format == coiter.parse_format(letters)
+    for scalar in (0.0, -0.0, 0.0):  # equal scalars, other literals: other kernels
+        stored = (scalar * ta).evaluate().to_numpy()[a != 0]
+        assert np.all(np.signbit(stored) == np.signbit(scalar))
+    bools = coiter.Tensor.from_numpy(a > 0.5, format="csr"), coiter.Tensor.from_numpy(b > 0.5, format="csr")
+    np.testing.assert_array_equal((bools[0] + bools[1]).to_numpy(), (a > 0.5) + (b > 0.5))
+    with pytest.raises(ShapeError, match="broadcast only missing leading axes"):
+        ta + tc
+    (ta + tb).evaluate()  # the bool sum took the key's place: the float one takes it back
+    monkeypatch.setattr(coiter.api, "kernel_for", lambda *args: pytest.fail("kernel looked up"))
+    for scale in (1.0, -2.0):
+        tb.storage.vals[:] *= scale  # the same operands, other values: the same kernel
+        np.testing.assert_allclose((ta + tb).evaluate().to_numpy(), a + tb.to_numpy())

@@ -67,32 +67,41 @@ def _var() -> IndexVar:
 
 
 Parts = tuple[Expr, tuple[IndexVar, ...], dict[str, Tensor]]
+# an operand as given (Tensor, array or SciPy matrix) and the order of its axes an
+# expression reads it in (a leaf: 0, 1, ...; its transpose: ..., 1, 0)
+Source = tuple[Any, tuple[int, ...]]
 
 
 class Lazy(ArrayMethods):
     """A tensor expression over coiter Tensors, not computed yet (see the module's doc).
 
-    A product of two operands as given (``A @ x``) defers building its expression until an
-    enclosing expression needs it: computed alone, it calls the kernel the last such product
-    used through its C call plan (about the kernel call's cost), not the whole path."""
+    A product, sum, difference or element-wise product of operands as given or their
+    transposes (``A @ x``, ``A.T @ x``, ``A + B``), or one of them and a scalar (``2 * A``),
+    defers building its expression until an enclosing expression needs it: computed alone,
+    it calls the kernel the last such expression used through its C call plan (about the
+    kernel call's cost), not the whole path."""
 
-    __slots__ = ("_parts", "_build", "_pair", "shape", "_sparse")
+    __slots__ = ("_parts", "_build", "_inputs", "_tag", "_source", "shape", "_sparse")
     __array_priority__ = 20  # NumPy defers ``ndarray + Lazy`` to this class
 
     def __init__(self, expr: Expr, free: tuple[IndexVar, ...], shape: tuple[int, ...],
                  operands: dict[str, Tensor], sparse: bool) -> None:
         self._parts: Parts | None = (expr, free, operands)
         self._build: Callable[[], Parts] | None = None
-        self._pair: tuple[Any, Any] | None = None
+        self._inputs: tuple[Source, ...] = ()  # a deferred expression's operands...
+        self._tag: tuple | None = None  # ...and what it computes of them, for its kernel's key
+        self._source: Source | None = None  # what a leaf or its transpose reads
         self.shape = shape
         self._sparse = sparse
 
     @classmethod
-    def _product(cls, x: Any, y: Any, shape: tuple[int, ...], sparse: bool) -> Lazy:
-        """``x @ y`` of two operands as given, its expression built when first needed."""
+    def _deferred(cls, build: Callable[[], Lazy], inputs: tuple[Source, ...], tag: tuple,
+                  shape: tuple[int, ...], sparse: bool) -> Lazy:
+        """The expression ``build()`` returns, built when first needed: ``tag`` of the
+        operands ``inputs`` (in the order the expression reads them), of ``shape``."""
         lazy = cls.__new__(cls)
-        lazy._parts, lazy._pair = None, (x, y)
-        lazy._build = lambda: _matmul_parts(Lazy.leaf(x), Lazy.leaf(y))
+        lazy._parts, lazy._inputs, lazy._tag, lazy._source = None, inputs, tag, None
+        lazy._build = lambda: build()._built()
         lazy.shape, lazy._sparse = shape, sparse
         return lazy
 
@@ -122,7 +131,10 @@ class Lazy(ArrayMethods):
         t = obj if isinstance(obj, Tensor) else _as_tensor(obj)
         name = f"L{next(_leaves)}"
         free = tuple(_var() for _ in t.shape)
-        return Lazy(Access(name, free), free, t.shape, {name: t}, not t.format.is_dense)
+        lazy = Lazy(Access(name, free), free, t.shape, {name: t}, not t.format.is_dense)
+        # the array or matrix itself where the call plan takes it as it is (cheaper to bind)
+        lazy._source = (obj if _plain(obj) else t, tuple(range(t.order)))
+        return lazy
 
     # ------------------------------------------------------------------ properties
     @property
@@ -143,8 +155,12 @@ class Lazy(ArrayMethods):
         order = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"axes {axes} do not permute the {self.ndim} axes of shape {self.shape}")
-        return Lazy(self._expr, tuple(self._free[a] for a in order), tuple(self.shape[a] for a in order),
-                    self._operands, self._sparse)
+        out = Lazy(self._expr, tuple(self._free[a] for a in order), tuple(self.shape[a] for a in order),
+                   self._operands, self._sparse)
+        if self._source is not None:
+            obj, axes = self._source
+            out._source = (obj, tuple(axes[a] for a in order))
+        return out
 
     def sum(self, axis: int | tuple[int, ...] | None = None) -> Lazy:
         """The sum over ``axis`` (every axis when None): dense, as SciPy's."""
@@ -318,10 +334,11 @@ class Lazy(ArrayMethods):
         from .api import call_remembered, remember_kernel
 
         key = None
-        if self._pair is not None and format is None:
-            x, y = self._pair
-            key = (matmul, len(x.shape), len(y.shape), self._sparse)
-            out = call_remembered(key, {"T0": x, "T1": y})
+        # (a leaf read twice, ``L @ L.T``, is one operand of the kernel: the plan of one with
+        # two refuses the call, and the other way round)
+        if self._tag is not None and format is None:
+            key = (self._tag, tuple(axes for _, axes in self._inputs), self._sparse)
+            out = call_remembered(key, {f"T{k}": obj for k, (obj, _) in enumerate(self._inputs)})
             if out is not None:
                 return out
         kernel, tensors = self._prepared(format)
@@ -438,6 +455,27 @@ def _elementwise(x: Any, y: Any, op: str) -> Lazy:
         raise ArgumentError("a coiter expression divides by scalars only; for a division by a "
                             "tensor write it in index notation (coiter.evaluate)")
     if _is_scalar(x) or _is_scalar(y):
+        scalar, tensors = (x, [y]) if _is_scalar(x) else (y, [x])
+    else:
+        scalar, tensors = None, [x, y]
+    sources = tuple(_source(v) for v in tensors)
+    if not _is_scalar(tensors[0]) and all(src is not None for src in sources):
+        if scalar is None:
+            shape = _broadcast(op, [tuple(v.shape) for v in tensors])
+            sparse = (_sparse_operand(x) or _sparse_operand(y)) if op == "*" else (
+                _sparse_operand(x) and _sparse_operand(y))
+            tag: tuple = (op,)
+        else:
+            shape = tuple(tensors[0].shape)
+            sparse = False if op in "+-" and scalar != 0 else _sparse_operand(tensors[0])
+            tag = (op, scalar is x, type(scalar), repr(scalar))  # repr: -0.0 is not 0.0
+        return Lazy._deferred(lambda: _elementwise_now(x, y, op), sources, tag, shape, sparse)
+    return _elementwise_now(x, y, op)
+
+
+def _elementwise_now(x: Any, y: Any, op: str) -> Lazy:
+    """``x op y`` with its expression built now."""
+    if _is_scalar(x) or _is_scalar(y):
         lazy, scalar = (Lazy.leaf(y), x) if _is_scalar(x) else (Lazy.leaf(x), y)
         if op in "+-" and scalar != 0:
             sparse = False  # every entry moves off zero
@@ -470,21 +508,36 @@ def _aligned(op: str, operands: tuple[Lazy, ...]) -> tuple[tuple[IndexVar, ...],
     of length 1 would need an index that is no variable."""
     wide = max(operands, key=lambda o: o.ndim)
     free = wide._free
-    if any(o.shape != wide.shape[wide.ndim - o.ndim:] for o in operands):
-        shapes = " and ".join(str(o.shape) for o in operands)
-        raise ShapeError(f"operands of {op} have shapes {shapes}; coiter expressions broadcast "
-                         "only missing leading axes (write it in index notation)")
+    _broadcast(op, [o.shape for o in operands])
     return free, wide.shape, [_rebase(o, free[len(free) - o.ndim:]) for o in operands]
+
+
+def _broadcast(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape of operands of ``shapes`` combined element-wise by ``op``: the widest,
+    which every other must end (NumPy's broadcasting of missing leading axes); ShapeError
+    otherwise."""
+    wide = max(shapes, key=len)
+    if any(s != wide[len(wide) - len(s):] for s in shapes):
+        raise ShapeError(f"operands of {op} have shapes {' and '.join(map(str, shapes))}; coiter "
+                         "expressions broadcast only missing leading axes (write it in index notation)")
+    return wide
 
 
 def matmul(x: Any, y: Any) -> Lazy:
     """``x @ y`` as an expression: deferred (see :class:`Lazy`) when both are operands as
-    given, coiter Tensors or numeric NumPy arrays or SciPy matrices."""
+    given (coiter Tensors, numeric NumPy arrays, SciPy matrices) or their transposes."""
     if _is_scalar(x) or _is_scalar(y):
         raise ArgumentError("matmul: a scalar operand is not allowed, use * instead")
-    if _plain(x) and _plain(y):
+    sx, sy = _source(x), _source(y)
+    if sx is not None and sy is not None:
         shape = _matmul_shape(tuple(x.shape), tuple(y.shape))
-        return Lazy._product(x, y, shape, _sparse_operand(x) and _sparse_operand(y))
+        return Lazy._deferred(lambda: _matmul_now(x, y), (sx, sy), (matmul,), shape,
+                              _sparse_operand(x) and _sparse_operand(y))
+    return _matmul_now(x, y)
+
+
+def _matmul_now(x: Any, y: Any) -> Lazy:
+    """``x @ y`` with its expression built now."""
     a, b = Lazy.leaf(x), Lazy.leaf(y)
     shape = _matmul_shape(a.shape, b.shape)
     expr, free, operands = _matmul_parts(a, b)
@@ -503,7 +556,16 @@ def _plain(obj: Any) -> bool:
     return False
 
 
+def _source(obj: Any) -> Source | None:
+    """The operand as given and its axes' order that ``obj`` reads, if it reads one whole."""
+    if isinstance(obj, Lazy):
+        return obj._source
+    return (obj, tuple(range(len(obj.shape)))) if _plain(obj) else None
+
+
 def _sparse_operand(obj: Any) -> bool:
+    if isinstance(obj, Lazy):
+        return obj._sparse
     return sp.issparse(obj) or (isinstance(obj, Tensor) and not obj.format.is_dense)
 
 
