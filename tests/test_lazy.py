@@ -376,3 +376,18 @@ def test_element_wise_expressions_of_operands_reuse_their_kernel_and_stay_right(
     for scale in (1.0, -2.0):
         tb.storage.vals[:] *= scale  # the same operands, other values: the same kernel
         np.testing.assert_allclose((ta + tb).evaluate().to_numpy(), a + tb.to_numpy())
+
+
+def test_deferred_expressions_pickle() -> None:
+    """Regression: a deferred expression held its builder, a closure, and did not pickle
+    (built ones always did)."""
+    import pickle
+
+    rng = np.random.default_rng(48)
+    a, v = rng.random((5, 5)) * (rng.random((5, 5)) < 0.5), rng.random(5)
+    t = coiter.Tensor.from_numpy(a, format="csr")
+    for expr, ref in [(t @ v, a @ v), (t.T @ v, a.T @ v), (t + t, 2 * a), (2 * t, 2 * a), (-t, -a)]:
+        copy = pickle.loads(pickle.dumps(expr))
+        assert isinstance(copy, Lazy) and copy.shape == expr.shape
+        np.testing.assert_allclose(np.asarray(copy.to_numpy()), ref)
+        np.testing.assert_allclose(np.asarray(expr.to_numpy()), ref)

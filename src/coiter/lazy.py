@@ -105,6 +105,11 @@ class Lazy(ArrayMethods):
         lazy.shape, lazy._sparse = shape, sparse
         return lazy
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its built expression (a deferred one's builder is a closure)."""
+        expr, free, operands = self._built()
+        return Lazy, (expr, free, self.shape, operands, self._sparse)
+
     def _built(self) -> Parts:
         if self._parts is None:
             assert self._build is not None
