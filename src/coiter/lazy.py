@@ -464,28 +464,29 @@ def _elementwise(x: Any, y: Any, op: str) -> Lazy:
     else:
         scalar, tensors = None, [x, y]
     sources = tuple(_source(v) for v in tensors)
+    # (two scalars: no tensor operand to defer)
     if not _is_scalar(tensors[0]) and all(src is not None for src in sources):
-        if scalar is None:
-            shape = _broadcast(op, [tuple(v.shape) for v in tensors])
-            sparse = (_sparse_operand(x) or _sparse_operand(y)) if op == "*" else (
-                _sparse_operand(x) and _sparse_operand(y))
-            tag: tuple = (op,)
-        else:
-            shape = tuple(tensors[0].shape)
-            sparse = False if op in "+-" and scalar != 0 else _sparse_operand(tensors[0])
-            tag = (op, scalar is x, type(scalar), repr(scalar))  # repr: -0.0 is not 0.0
+        shape = _broadcast(op, [tuple(v.shape) for v in tensors])
+        sparse = _elementwise_sparse(op, scalar, [_sparse_operand(v) for v in tensors])
+        tag = (op,) if scalar is None else (op, scalar is x, type(scalar), repr(scalar))  # -0.0 != 0.0
         return Lazy._deferred(lambda: _elementwise_now(x, y, op), sources, tag, shape, sparse)
     return _elementwise_now(x, y, op)
+
+
+def _elementwise_sparse(op: str, scalar: Any, sparse: list[bool]) -> bool:
+    """Whether ``x op y`` is sparse, its tensor operands' sparsity ``sparse`` and its scalar
+    operand ``scalar`` (None: none): a product where either factor is, a sum or difference
+    where both are, or the tensor is and the scalar is 0 (else every entry moves off zero)."""
+    if scalar is not None:
+        return sparse[0] and not (op in "+-" and scalar != 0)
+    return any(sparse) if op == "*" else all(sparse)
 
 
 def _elementwise_now(x: Any, y: Any, op: str) -> Lazy:
     """``x op y`` with its expression built now."""
     if _is_scalar(x) or _is_scalar(y):
         lazy, scalar = (Lazy.leaf(y), x) if _is_scalar(x) else (Lazy.leaf(x), y)
-        if op in "+-" and scalar != 0:
-            sparse = False  # every entry moves off zero
-        else:
-            sparse = lazy._sparse
+        sparse = _elementwise_sparse(op, scalar, [lazy._sparse])
         lit = as_expr(scalar)
         args = (lit, lazy._expr) if _is_scalar(x) else (lazy._expr, lit)
         bools = op == "+" and isinstance(scalar, (bool, np.bool_)) and lazy.dtype == np.bool_
@@ -493,7 +494,7 @@ def _elementwise_now(x: Any, y: Any, op: str) -> Lazy:
                     lazy._operands, sparse)
     a, b = Lazy.leaf(x), Lazy.leaf(y)
     free, shape, (left, right) = _aligned(op, (a, b))
-    sparse = (a._sparse or b._sparse) if op == "*" else (a._sparse and b._sparse)
+    sparse = _elementwise_sparse(op, None, [a._sparse, b._sparse])
     bools = op == "+" and a.dtype == np.bool_ and b.dtype == np.bool_
     return Lazy(_logical(_BINARY[op](left, right), op, bools), free, shape,
                 {**a._operands, **b._operands}, sparse)
@@ -545,8 +546,11 @@ def _matmul_now(x: Any, y: Any) -> Lazy:
     """``x @ y`` with its expression built now."""
     a, b = Lazy.leaf(x), Lazy.leaf(y)
     shape = _matmul_shape(a.shape, b.shape)
-    expr, free, operands = _matmul_parts(a, b)
-    return Lazy(expr, free, shape, operands, a._sparse and b._sparse)
+    k = _var()
+    left = rename_index(a._expr, a._free[-1], k)
+    right = rename_index(b._expr, b._free[0], k)
+    return Lazy(Reduction(k, Mul(left, right)), a._free[:-1] + b._free[1:], shape,
+                {**a._operands, **b._operands}, a._sparse and b._sparse)
 
 
 def _plain(obj: Any) -> bool:
@@ -582,14 +586,6 @@ def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     if a[-1] != b[0]:
         raise ShapeError(f"matmul: shapes {a} and {b} do not align ({a[-1]} != {b[0]})")
     return a[:-1] + b[1:]
-
-
-def _matmul_parts(a: Lazy, b: Lazy) -> Parts:
-    """The expression, free variables and operands of ``a @ b`` (shapes checked)."""
-    k = _var()
-    left = rename_index(a._expr, a._free[-1], k)
-    right = rename_index(b._expr, b._free[0], k)
-    return Reduction(k, Mul(left, right)), a._free[:-1] + b._free[1:], {**a._operands, **b._operands}
 
 
 def _apply(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
