@@ -51,12 +51,15 @@ static inline int64_t coiter_clock(void) {{
    region's start (libgomp docks the workers of the last region before it starts the next, and
    a worker released from that region's end barrier may not have run since) or at its end
    (having done all the work of a dynamic schedule): CSR SpMV on bcsstk16 took 4 to 8 ms
-   instead of 0.16 in one call of ten. After a region whose thread 0 waited longer, at its
-   start and end together, than it worked and COITER_LATE_SLACK_NS more, the calls of this
-   kernel that choose their own thread count run on one thread until coiter_serial_until
-   (coiter_clock's nanoseconds): for 50 ms, doubling as long as it recurs, up to 1.6 s, so
-   that a machine that became quiet is noticed soon, and a busy one costs one slow call per
-   period */
+   instead of 0.16 in one call of ten. A region is late when its thread 0 waited longer, at
+   its start and end together, than it worked and COITER_LATE_SLACK_NS more. After two late
+   regions in a row, the calls of this kernel that choose their own thread count run on one
+   thread until coiter_serial_until (coiter_clock's nanoseconds): for 50 ms, doubling as long
+   as the first region after the period is late too, up to 1.6 s, so that a machine that
+   became quiet is noticed soon, and a busy one costs one slow call per period. One late
+   region alone is not enough: a quiet virtual machine stalls a virtual core for 2 to 6 ms
+   about once a second, which had sent 50 ms of calls (all of a benchmark's batch) to one
+   thread; a core another process keeps busy is the load probe's to see (below) */
 #define COITER_SERIAL_MIN_NS ((int64_t)50000000)
 #define COITER_SERIAL_MAX_NS ((int64_t)1600000000)
 /* a busy core kept a worker waiting 2 to 15 ms (a scheduler time slice); on a quiet machine
@@ -64,6 +67,8 @@ static inline int64_t coiter_clock(void) {{
    serial calls (docs/performance.md, "Threads only where they pay") */
 #define COITER_LATE_SLACK_NS ((int64_t)500000)
 static int64_t coiter_serial_until, coiter_serial_for = COITER_SERIAL_MIN_NS;
+/* whether the last region judged was late */
+static int coiter_was_late;
 /* whether this library ran a region: its first may have created OpenMP's workers (6.5-7 ms
    of waiting at its start), which says nothing of the other cores */
 static int coiter_team_started;
@@ -71,10 +76,12 @@ static inline void coiter_team_done(int64_t start, int64_t entered, int64_t firs
   if (!__atomic_exchange_n(&coiter_team_started, 1, __ATOMIC_RELAXED)) return;
   int64_t now = coiter_clock(), span = __atomic_load_n(&coiter_serial_for, __ATOMIC_RELAXED);
   if ((entered - start) + (now - first_done) > first_done - entered + COITER_LATE_SLACK_NS) {{
+    if (!__atomic_exchange_n(&coiter_was_late, 1, __ATOMIC_RELAXED)) return;
     __atomic_store_n(&coiter_serial_until, now + span, __ATOMIC_RELAXED);
     __atomic_store_n(&coiter_serial_for, span < COITER_SERIAL_MAX_NS ? 2 * span : span, __ATOMIC_RELAXED);
-  }} else if (span != COITER_SERIAL_MIN_NS) {{
-    __atomic_store_n(&coiter_serial_for, COITER_SERIAL_MIN_NS, __ATOMIC_RELAXED);
+  }} else {{
+    __atomic_store_n(&coiter_was_late, 0, __ATOMIC_RELAXED);
+    if (span != COITER_SERIAL_MIN_NS) __atomic_store_n(&coiter_serial_for, COITER_SERIAL_MIN_NS, __ATOMIC_RELAXED);
   }}
 }}
 /* The cores other processes leave free (coiter.runtime._fastcall's coiter_load_free_cores,
