@@ -378,6 +378,60 @@ def test_element_wise_expressions_of_operands_reuse_their_kernel_and_stay_right(
         np.testing.assert_allclose((ta + tb).evaluate().to_numpy(), a + tb.to_numpy())
 
 
+def test_chains_of_operations_reuse_their_kernels_and_stay_right(monkeypatch) -> None:
+    """Chains of unary, element-wise, product, transpose and reduction steps are deferred
+    too: each computed alone is right the first time and, through the kernel it left, the
+    second, while expressions that differ only in an operation, a scalar, an axis or a
+    transpose run in between (none may take another's kernel)."""
+    rng = np.random.default_rng(49)
+    a = rng.random((7, 5)) * (rng.random((7, 5)) < 0.5)
+    b = rng.random((7, 5)) * (rng.random((7, 5)) < 0.5)
+    x, y, z = rng.random(5), rng.random(7), rng.random(7)
+    t, u, s = coiter.Tensor.from_numpy(a, format="csr"), coiter.Tensor.from_numpy(b, format="csr"), sp.csr_array(b)
+    cases = [
+        (lambda: -t, -a), (lambda: -(-t), a), (lambda: abs(-t), a), (lambda: t ** 2, a ** 2),
+        (lambda: t ** 3, a ** 3), (lambda: 2.0 ** t, 2.0 ** a), (lambda: t > 0.5, a > 0.5),
+        (lambda: t > 0.25, a > 0.25), (lambda: t >= 0.5, a >= 0.5), (lambda: 0.5 < t, 0.5 < a),
+        (lambda: np.maximum(t, 0.3), np.maximum(a, 0.3)), (lambda: np.maximum(t, u), np.maximum(a, b)),
+        (lambda: np.minimum(t, u), np.minimum(a, b)), (lambda: np.sin(t), np.sin(a)),
+        (lambda: t.sum(), a.sum()), (lambda: t.sum(0), a.sum(0)), (lambda: t.sum(1), a.sum(1)),
+        (lambda: t.max(1), a.max(1)), (lambda: t.min(1), a.min(1)), (lambda: t.mean(0), a.mean(0)),
+        (lambda: t.T.sum(0), a.T.sum(0)), (lambda: (t + u).sum(1), (a + b).sum(1)),
+        (lambda: (t - u).sum(1), (a - b).sum(1)), (lambda: (t + u) @ x, (a + b) @ x),
+        (lambda: (t - u) @ x, (a - b) @ x), (lambda: (t + s) @ x, (a + b) @ x), (lambda: 2 * t @ x, 2 * a @ x),
+        (lambda: 3 * t @ x, 3 * a @ x), (lambda: t @ x + y, a @ x + y), (lambda: t @ x - y, a @ x - y),
+        (lambda: y - t @ x, y - a @ x), (lambda: (t @ x + y) * z, (a @ x + y) * z),
+        (lambda: (2 * t).T @ y, (2 * a).T @ y), (lambda: (2 * t.T).T @ x, 2 * a @ x),
+        (lambda: (t + u).T @ y, (a + b).T @ y), (lambda: (t * u).T.T, a * b), (lambda: -(t @ x), -(a @ x)),
+        (lambda: abs(t - u).max(), abs(a - b).max()), (lambda: (t > 0.5).sum(0), (a > 0.5).sum(0)),
+        (lambda: np.sqrt(t * t).sum(), np.sqrt(a * a).sum()), (lambda: (t @ x) @ (t @ x), (a @ x) @ (a @ x)),
+    ]
+    for build, ref in cases:  # the first round may compile
+        got = build()
+        assert isinstance(got, Lazy) and got._tag is not None
+        np.testing.assert_allclose(np.asarray(got.evaluate().to_numpy()), ref)
+    monkeypatch.setattr(coiter.api, "kernel_for", lambda *args: pytest.fail("kernel looked up"))
+    for build, ref in cases:  # the second runs each through the kernel it left
+        np.testing.assert_allclose(np.asarray(build().evaluate().to_numpy()), ref)
+    u.storage.vals[:] *= -1.5  # other values in the same operands: still those kernels
+    np.testing.assert_allclose(np.maximum(t, u).evaluate().to_numpy(), np.maximum(a, -1.5 * b))
+    np.testing.assert_allclose(((t + u) @ x).evaluate().to_numpy(), (a - 1.5 * b) @ x)
+
+
+def test_deferred_chains_check_their_operands_when_written() -> None:
+    """Errors of a deferred chain come when it is written, as those of a built one."""
+    t = coiter.Tensor.from_numpy(np.eye(4), format="csr")
+    ints = coiter.Tensor.from_numpy(np.eye(4, dtype=np.int64), format="csr")
+    for bad, error, match in [(lambda: (t + t) @ np.ones(3), ShapeError, "do not align"),
+                              (lambda: abs(t) + np.ones((3, 4)), ShapeError, "broadcast"),
+                              (lambda: np.maximum(-t, np.ones(3)), ShapeError, "broadcast"),
+                              (lambda: (2 * t).sum(axis=2), ShapeError, "out of range"),
+                              (lambda: (ints + ints) ** -1, ArgumentError, "negative integer"),
+                              (lambda: (t @ np.ones((4, 0))).max(1), ShapeError, "length 0")]:
+        with pytest.raises(error, match=match):
+            bad()
+
+
 def test_deferred_expressions_pickle() -> None:
     """Regression: a deferred expression held its builder, a closure, and did not pickle
     (built ones always did)."""
@@ -386,7 +440,8 @@ def test_deferred_expressions_pickle() -> None:
     rng = np.random.default_rng(48)
     a, v = rng.random((5, 5)) * (rng.random((5, 5)) < 0.5), rng.random(5)
     t = coiter.Tensor.from_numpy(a, format="csr")
-    for expr, ref in [(t @ v, a @ v), (t.T @ v, a.T @ v), (t + t, 2 * a), (2 * t, 2 * a), (-t, -a)]:
+    for expr, ref in [(t @ v, a @ v), (t.T @ v, a.T @ v), (t + t, 2 * a), (2 * t, 2 * a), (-t, -a),
+                      ((t + t) @ v, 2 * a @ v), (abs(t).sum(0), a.sum(0)), ((t > 0.5).T, (a > 0.5).T)]:
         copy = pickle.loads(pickle.dumps(expr))
         assert isinstance(copy, Lazy) and copy.shape == expr.shape
         np.testing.assert_allclose(np.asarray(copy.to_numpy()), ref)

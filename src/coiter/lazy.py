@@ -70,15 +70,20 @@ Parts = tuple[Expr, tuple[IndexVar, ...], dict[str, Tensor]]
 # an operand as given (Tensor, array or SciPy matrix) and the order of its axes an
 # expression reads it in (a leaf: 0, 1, ...; its transpose: ..., 1, 0)
 Source = tuple[Any, tuple[int, ...]]
+# what a deferred expression computes of its operands (the Sources it reads, in order):
+# _LEAF for one operand read whole, else a tuple of the operation and what it applies to
+Tag = Any
+_LEAF = "L"
 
 
 class Lazy(ArrayMethods):
     """A tensor expression over coiter Tensors, not computed yet (see the module's doc).
 
-    A product, sum, difference or element-wise product of operands as given or their
-    transposes (``A @ x``, ``A.T @ x``, ``A + B``), or one of them and a scalar (``2 * A``),
-    defers building its expression until an enclosing expression needs it: computed alone,
-    it calls the kernel the last such expression used through its C call plan (about the
+    An operator expression over operands as given or their transposes (``A @ x``,
+    ``A.T @ x``, ``(A + B) @ x``, ``2 * A``, ``-A``, ``abs(A)``, ``A > 0.5``, ``A.sum(0)``,
+    chains of these) defers building its index-notation expression until an enclosing
+    expression needs it: computed alone, it calls the kernel the last expression of the
+    same operations, axis orders and scalars used through its C call plan (about the
     kernel call's cost), not the whole path."""
 
     __slots__ = ("_parts", "_build", "_inputs", "_tag", "_source", "shape", "_sparse")
@@ -89,13 +94,13 @@ class Lazy(ArrayMethods):
         self._parts: Parts | None = (expr, free, operands)
         self._build: Callable[[], Parts] | None = None
         self._inputs: tuple[Source, ...] = ()  # a deferred expression's operands...
-        self._tag: tuple | None = None  # ...and what it computes of them, for its kernel's key
+        self._tag: Tag | None = None  # ...and what it computes of them, for its kernel's key
         self._source: Source | None = None  # what a leaf or its transpose reads
         self.shape = shape
         self._sparse = sparse
 
     @classmethod
-    def _deferred(cls, build: Callable[[], Lazy], inputs: tuple[Source, ...], tag: tuple,
+    def _deferred(cls, build: Callable[[], Lazy], inputs: tuple[Source, ...], tag: Tag,
                   shape: tuple[int, ...], sparse: bool) -> Lazy:
         """The expression ``build()`` returns, built when first needed: ``tag`` of the
         operands ``inputs`` (in the order the expression reads them), of ``shape``."""
@@ -160,12 +165,20 @@ class Lazy(ArrayMethods):
         order = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"axes {axes} do not permute the {self.ndim} axes of shape {self.shape}")
-        out = Lazy(self._expr, tuple(self._free[a] for a in order), tuple(self.shape[a] for a in order),
-                   self._operands, self._sparse)
+        shape = tuple(self.shape[a] for a in order)
+        if self._source is None and self._tag is not None:
+            return Lazy._deferred(lambda: self._transposed(order), self._inputs, ("T", order, self._tag),
+                                  shape, self._sparse)
+        out = self._transposed(order)
         if self._source is not None:
             obj, axes = self._source
             out._source = (obj, tuple(axes[a] for a in order))
         return out
+
+    def _transposed(self, order: tuple[int, ...]) -> Lazy:
+        """This expression with its axes in ``order``, built now."""
+        return Lazy(self._expr, tuple(self._free[a] for a in order), tuple(self.shape[a] for a in order),
+                    self._operands, self._sparse)
 
     def sum(self, axis: int | tuple[int, ...] | None = None) -> Lazy:
         """The sum over ``axis`` (every axis when None): dense, as SciPy's."""
@@ -228,6 +241,16 @@ class Lazy(ArrayMethods):
             # NumPy's ValueError too: min and max have no value over nothing
             raise ShapeError(f"{op} over axis {empty} of length 0 (shape {self.shape}) has no "
                              "value")
+        deferral = _deferral(self)
+        if deferral is None:
+            return self._reduced_now(op, summed)
+        tag, inputs = deferral
+        shape = tuple(n for a, n in enumerate(self.shape) if a not in summed)
+        return Lazy._deferred(lambda: self._reduced_now(op, summed), inputs, ("reduce", op, tuple(summed), tag),
+                              shape, False)
+
+    def _reduced_now(self, op: str, summed: list[int]) -> Lazy:
+        """This expression reduced by ``op`` over the axes ``summed``, built now."""
         expr = self._expr
         widened = _sum_type(self.dtype) if op == "sum" else None
         if widened is not None:
@@ -261,6 +284,13 @@ class Lazy(ArrayMethods):
         return _elementwise(self, other, "/")
 
     def __neg__(self) -> Lazy:
+        deferral = _deferral(self)
+        if deferral is None:
+            return self._negated()
+        tag, inputs = deferral
+        return Lazy._deferred(self._negated, inputs, ("neg", tag), self.shape, self._sparse)
+
+    def _negated(self) -> Lazy:
         return Lazy(Neg(self._expr), self._free, self.shape, self._operands, self._sparse)
 
     def __pos__(self) -> Lazy:
@@ -463,14 +493,25 @@ def _elementwise(x: Any, y: Any, op: str) -> Lazy:
         scalar, tensors = (x, [y]) if _is_scalar(x) else (y, [x])
     else:
         scalar, tensors = None, [x, y]
-    sources = tuple(_source(v) for v in tensors)
-    # (two scalars: no tensor operand to defer)
-    if not _is_scalar(tensors[0]) and all(src is not None for src in sources):
-        shape = _broadcast(op, [tuple(v.shape) for v in tensors])
-        sparse = _elementwise_sparse(op, scalar, [_sparse_operand(v) for v in tensors])
-        tag = (op,) if scalar is None else (op, scalar is x, type(scalar), repr(scalar))  # -0.0 != 0.0
-        return Lazy._deferred(lambda: _elementwise_now(x, y, op), sources, tag, shape, sparse)
-    return _elementwise_now(x, y, op)
+    deferrals = [_deferral(v) for v in tensors]  # (two scalars: None, nothing to defer)
+    if any(d is None for d in deferrals):
+        return _elementwise_now(x, y, op)
+    shape = _broadcast(op, [tuple(v.shape) for v in tensors])
+    sparse = _elementwise_sparse(op, scalar, [_sparse_operand(v) for v in tensors])
+    tags = tuple(tag for tag, _ in deferrals)
+    head = (op,) if scalar is None else (op, scalar is x, *_scalar_tag(scalar))
+    return Lazy._deferred(lambda: _elementwise_now(x, y, op), _joined(deferrals), (*head, *tags), shape,
+                          sparse)
+
+
+def _scalar_tag(scalar: Any) -> tuple[type, str]:
+    """A scalar as a kernel's key holds it: its type and repr (``-0.0 != 0.0``, ``1 != 1.0``)."""
+    return type(scalar), repr(scalar)
+
+
+def _joined(deferrals: list[tuple[Tag, tuple[Source, ...]]]) -> tuple[Source, ...]:
+    """The operands of several deferred parts, in the order their expression reads them."""
+    return tuple(src for _, sources in deferrals for src in sources)
 
 
 def _elementwise_sparse(op: str, scalar: Any, sparse: list[bool]) -> bool:
@@ -534,12 +575,12 @@ def matmul(x: Any, y: Any) -> Lazy:
     given (coiter Tensors, numeric NumPy arrays, SciPy matrices) or their transposes."""
     if _is_scalar(x) or _is_scalar(y):
         raise ArgumentError("matmul: a scalar operand is not allowed, use * instead")
-    sx, sy = _source(x), _source(y)
-    if sx is not None and sy is not None:
-        shape = _matmul_shape(tuple(x.shape), tuple(y.shape))
-        return Lazy._deferred(lambda: _matmul_now(x, y), (sx, sy), (matmul,), shape,
-                              _sparse_operand(x) and _sparse_operand(y))
-    return _matmul_now(x, y)
+    dx, dy = _deferral(x), _deferral(y)
+    if dx is None or dy is None:
+        return _matmul_now(x, y)
+    shape = _matmul_shape(tuple(x.shape), tuple(y.shape))
+    return Lazy._deferred(lambda: _matmul_now(x, y), _joined([dx, dy]), ("@", dx[0], dy[0]), shape,
+                          _sparse_operand(x) and _sparse_operand(y))
 
 
 def _matmul_now(x: Any, y: Any) -> Lazy:
@@ -565,11 +606,15 @@ def _plain(obj: Any) -> bool:
     return False
 
 
-def _source(obj: Any) -> Source | None:
-    """The operand as given and its axes' order that ``obj`` reads, if it reads one whole."""
+def _deferral(obj: Any) -> tuple[Tag, tuple[Source, ...]] | None:
+    """What a deferred expression over ``obj`` computes of which operands: an operand as
+    given or a leaf reads one whole; a deferred expression its own; None where ``obj`` is
+    neither (an expression built already, a list: the expression over it is built now)."""
     if isinstance(obj, Lazy):
-        return obj._source
-    return (obj, tuple(range(len(obj.shape)))) if _plain(obj) else None
+        if obj._source is not None:
+            return _LEAF, (obj._source,)
+        return None if obj._tag is None else (obj._tag, obj._inputs)
+    return (_LEAF, ((obj, tuple(range(len(obj.shape)))),)) if _plain(obj) else None
 
 
 def _sparse_operand(obj: Any) -> bool:
@@ -592,18 +637,58 @@ def _apply(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
     """NumPy's element-wise ``ufunc`` of tensors and scalars as an intrinsic: sparse when
     every tensor operand is and the function is zero where they all are (at their zeros and
     the scalars)."""
-    leaves = [Lazy.leaf(x) for x in inputs if not _is_scalar(x)]
     if ufunc is np.power:
         _check_integer_power(*inputs)
+    tensors = [x for x in inputs if not _is_scalar(x)]
+    deferrals = [_deferral(x) for x in tensors]
+    if not tensors or any(d is None for d in deferrals):
+        return _apply_now(ufunc, inputs)
+    shape = _broadcast(ufunc.__name__, [tuple(x.shape) for x in tensors])
+    scalars = tuple(_scalar_tag(x) if _is_scalar(x) else None for x in inputs)
+    sparse = all(_sparse_operand(x) for x in tensors) and _ufunc_keeps_zeros(ufunc, inputs, scalars)
+    tags = iter([tag for tag, _ in deferrals])
+    tag = (ufunc, *(next(tags) if s is None else s for s in scalars))
+    return Lazy._deferred(lambda: _apply_now(ufunc, inputs), _joined(deferrals), tag, shape, sparse)
+
+
+# whether a ufunc keeps zeros, by the ufunc and its scalar arguments' tags (None: a tensor);
+# emptied when full (a program may compare with ever new thresholds)
+_KEEPS_ZEROS: dict[tuple[Any, ...], bool] = {}
+_KEEPS_ZEROS_MAX = 1024
+
+
+def _ufunc_keeps_zeros(ufunc: np.ufunc, inputs: tuple[Any, ...], scalars: tuple[Any, ...]) -> bool:
+    """Whether ``ufunc`` of ``inputs`` is zero where its tensor inputs all are, from the
+    function of placeholders (which also checks now that coiter has the function)."""
+    key = (ufunc, scalars)
+    known = _KEEPS_ZEROS.get(key)
+    if known is None:
+        placeholders = iter([Access(f"_{k}", ()) for k in range(len(inputs))])
+        expr = ufunc_expr(ufunc, [as_expr(x) if _is_scalar(x) else next(placeholders) for x in inputs])
+        known = _keeps_zeros(expr, inputs)
+        if len(_KEEPS_ZEROS) >= _KEEPS_ZEROS_MAX:
+            _KEEPS_ZEROS.clear()
+        _KEEPS_ZEROS[key] = known
+    return known
+
+
+def _apply_now(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
+    """``ufunc`` of ``inputs`` (see :func:`_apply`) with its expression built now."""
+    leaves = [Lazy.leaf(x) for x in inputs if not _is_scalar(x)]
     free, shape, exprs = _aligned(ufunc.__name__, tuple(leaves))
     tensor_exprs = iter(exprs)
     args = [as_expr(x) if _is_scalar(x) else next(tensor_exprs) for x in inputs]
     expr = ufunc_expr(ufunc, args)
-    at_zeros = tuple(x if _is_scalar(x) else 0 for x in inputs)
-    sparse = (all(a._sparse for a in leaves) and isinstance(expr, Call)
-              and zero_at(expr.fn, at_zeros))
+    sparse = all(a._sparse for a in leaves) and _keeps_zeros(expr, inputs)
     operands = {n: t for a in leaves for n, t in a._operands.items()}
     return Lazy(expr, free, shape, operands, sparse)
+
+
+def _keeps_zeros(expr: Expr, inputs: tuple[Any, ...]) -> bool:
+    """Whether ``expr``, an intrinsic's call on ``inputs``, is zero where its tensor inputs
+    all are (at their zeros and its scalars)."""
+    at_zeros = tuple(x if _is_scalar(x) else 0 for x in inputs)
+    return isinstance(expr, Call) and zero_at(expr.fn, at_zeros)
 
 
 def _check_integer_power(base: Any, exponent: Any) -> None:
