@@ -432,6 +432,58 @@ def test_deferred_chains_check_their_operands_when_written() -> None:
             bad()
 
 
+def _nesting(tag: object) -> int:
+    """How deep tuples nest in a deferred expression's tag."""
+    depth, level = 0, [tag]
+    while level:
+        level = [x for t in level if isinstance(t, tuple) for x in t]
+        depth += 1
+    return depth - 1
+
+
+def test_long_chains_stop_deferring_and_stay_right() -> None:
+    """Regression: a chain deferred at every step nested its key as deep as the chain, and
+    hashing a tuple tens of thousands deep overflows C's stack (a 200,000-deep one crashed
+    Python). Past coiter.lazy._DEFER_DEPTH levels an expression is built as it is written;
+    the chain's value is still NumPy's."""
+    rng = np.random.default_rng(50)
+    a, b = rng.random((4, 3)), rng.random((4, 3))
+    t, u = coiter.Tensor.from_numpy(a, format="dd"), coiter.Tensor.from_numpy(b, format="dd")
+    value, ref = t, a
+    for step in range(3 * coiter.lazy._DEFER_DEPTH):
+        value, ref = (0.5 * value + u, 0.5 * ref + b) if step % 2 else (abs(value) - 1.0, abs(ref) - 1.0)
+        tag = value._tag
+        assert tag is None or _nesting(tag) <= 2 * coiter.lazy._DEFER_DEPTH
+    assert value._tag is None  # built: the steps past the depth
+    np.testing.assert_allclose(value.evaluate().to_numpy(), ref)
+
+
+def test_sums_of_many_sparse_operands_are_computed_term_by_term() -> None:
+    """Regression: a sum of 32 sparse matrices built its merge lattice's 2**32 points and
+    ran out of memory (16 took minutes). Past coiter.lattice.lattice.MAX_POINTS points the
+    sum is computed a term at a time; the value is NumPy's."""
+    rng = np.random.default_rng(51)
+    mats = [rng.random((6, 5)) * (rng.random((6, 5)) < 0.2) for _ in range(32)]
+    total = coiter.Tensor.from_numpy(mats[0], format="csr")
+    for m in mats[1:]:
+        total = total + coiter.Tensor.from_numpy(m, format="csr")
+    with pytest.warns(coiter.PerformanceWarning):
+        np.testing.assert_allclose(total.to_numpy(), sum(mats))
+
+
+def test_an_expression_merging_too_many_sparse_operands_is_a_schedule_error() -> None:
+    """Regression (as above): an expression no term-by-term plan splits, over more sparse
+    operands than a merge lattice may take, is a ScheduleError that says so, not an
+    exhausted memory."""
+    rng = np.random.default_rng(52)
+    value = coiter.Tensor.from_numpy(rng.random((4, 4)), format="csr")
+    for _ in range(12):
+        value = np.maximum(value, coiter.Tensor.from_numpy(rng.random((4, 4)) * (rng.random((4, 4)) < 0.3),
+                                                           format="csr"))
+    with pytest.raises(coiter.ScheduleError, match="more than 1024 lattice points"):
+        value.evaluate()
+
+
 def test_deferred_expressions_pickle() -> None:
     """Regression: a deferred expression held its builder, a closure, and did not pickle
     (built ones always did)."""

@@ -42,7 +42,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -74,6 +74,20 @@ Source = tuple[Any, tuple[int, ...]]
 # _LEAF for one operand read whole, else a tuple of the operation and what it applies to
 Tag = Any
 _LEAF = "L"
+# how deep deferred expressions nest: an expression over a deeper one is built now (its tag
+# would nest as deep, and hashing a tuple tens of thousands deep overflows C's stack; the
+# build recurses through every deferred level at once)
+_DEFER_DEPTH = 32
+
+
+class Deferral(NamedTuple):
+    """What a deferred expression computes of an operand or subexpression (its tag), of
+    which operands as given (its sources, in the order its expression reads them), and how
+    deeply deferred expressions nest in it (0 for an operand)."""
+
+    tag: Tag
+    sources: tuple[Source, ...]
+    depth: int
 
 
 class Lazy(ArrayMethods):
@@ -86,7 +100,7 @@ class Lazy(ArrayMethods):
     same operations, axis orders and scalars used through its C call plan (about the
     kernel call's cost), not the whole path."""
 
-    __slots__ = ("_parts", "_build", "_inputs", "_tag", "_source", "shape", "_sparse")
+    __slots__ = ("_parts", "_build", "_inputs", "_tag", "_depth", "_source", "shape", "_sparse")
     __array_priority__ = 20  # NumPy defers ``ndarray + Lazy`` to this class
 
     def __init__(self, expr: Expr, free: tuple[IndexVar, ...], shape: tuple[int, ...],
@@ -95,17 +109,21 @@ class Lazy(ArrayMethods):
         self._build: Callable[[], Parts] | None = None
         self._inputs: tuple[Source, ...] = ()  # a deferred expression's operands...
         self._tag: Tag | None = None  # ...and what it computes of them, for its kernel's key
+        self._depth = 0  # deferred expressions nested in it, itself included
         self._source: Source | None = None  # what a leaf or its transpose reads
         self.shape = shape
         self._sparse = sparse
 
     @classmethod
-    def _deferred(cls, build: Callable[[], Lazy], inputs: tuple[Source, ...], tag: Tag,
+    def _deferred(cls, build: Callable[[], Lazy], parts: list[Deferral], tag: Tag,
                   shape: tuple[int, ...], sparse: bool) -> Lazy:
         """The expression ``build()`` returns, built when first needed: ``tag`` of the
-        operands ``inputs`` (in the order the expression reads them), of ``shape``."""
+        operands and subexpressions ``parts`` (in the order the expression reads them), of
+        ``shape``."""
         lazy = cls.__new__(cls)
-        lazy._parts, lazy._inputs, lazy._tag, lazy._source = None, inputs, tag, None
+        lazy._parts, lazy._tag, lazy._source = None, tag, None
+        lazy._inputs = tuple(src for part in parts for src in part.sources)
+        lazy._depth = 1 + max(part.depth for part in parts)
         lazy._build = lambda: build()._built()
         lazy.shape, lazy._sparse = shape, sparse
         return lazy
@@ -165,10 +183,10 @@ class Lazy(ArrayMethods):
         order = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"axes {axes} do not permute the {self.ndim} axes of shape {self.shape}")
-        shape = tuple(self.shape[a] for a in order)
-        if self._source is None and self._tag is not None:
-            return Lazy._deferred(lambda: self._transposed(order), self._inputs, ("T", order, self._tag),
-                                  shape, self._sparse)
+        deferral = _deferral(self) if self._source is None else None
+        if deferral is not None:
+            return Lazy._deferred(lambda: self._transposed(order), [deferral], ("T", order, deferral.tag),
+                                  tuple(self.shape[a] for a in order), self._sparse)
         out = self._transposed(order)
         if self._source is not None:
             obj, axes = self._source
@@ -244,10 +262,9 @@ class Lazy(ArrayMethods):
         deferral = _deferral(self)
         if deferral is None:
             return self._reduced_now(op, summed)
-        tag, inputs = deferral
         shape = tuple(n for a, n in enumerate(self.shape) if a not in summed)
-        return Lazy._deferred(lambda: self._reduced_now(op, summed), inputs, ("reduce", op, tuple(summed), tag),
-                              shape, False)
+        return Lazy._deferred(lambda: self._reduced_now(op, summed), [deferral],
+                              ("reduce", op, tuple(summed), deferral.tag), shape, False)
 
     def _reduced_now(self, op: str, summed: list[int]) -> Lazy:
         """This expression reduced by ``op`` over the axes ``summed``, built now."""
@@ -287,8 +304,7 @@ class Lazy(ArrayMethods):
         deferral = _deferral(self)
         if deferral is None:
             return self._negated()
-        tag, inputs = deferral
-        return Lazy._deferred(self._negated, inputs, ("neg", tag), self.shape, self._sparse)
+        return Lazy._deferred(self._negated, [deferral], ("neg", deferral.tag), self.shape, self._sparse)
 
     def _negated(self) -> Lazy:
         return Lazy(Neg(self._expr), self._free, self.shape, self._operands, self._sparse)
@@ -493,25 +509,19 @@ def _elementwise(x: Any, y: Any, op: str) -> Lazy:
         scalar, tensors = (x, [y]) if _is_scalar(x) else (y, [x])
     else:
         scalar, tensors = None, [x, y]
-    deferrals = [_deferral(v) for v in tensors]  # (two scalars: None, nothing to defer)
-    if any(d is None for d in deferrals):
+    parts = _deferrals(tensors)  # (two scalars: None, nothing to defer)
+    if parts is None:
         return _elementwise_now(x, y, op)
     shape = _broadcast(op, [tuple(v.shape) for v in tensors])
     sparse = _elementwise_sparse(op, scalar, [_sparse_operand(v) for v in tensors])
-    tags = tuple(tag for tag, _ in deferrals)
     head = (op,) if scalar is None else (op, scalar is x, *_scalar_tag(scalar))
-    return Lazy._deferred(lambda: _elementwise_now(x, y, op), _joined(deferrals), (*head, *tags), shape,
-                          sparse)
+    return Lazy._deferred(lambda: _elementwise_now(x, y, op), parts, (*head, *(p.tag for p in parts)),
+                          shape, sparse)
 
 
 def _scalar_tag(scalar: Any) -> tuple[type, str]:
     """A scalar as a kernel's key holds it: its type and repr (``-0.0 != 0.0``, ``1 != 1.0``)."""
     return type(scalar), repr(scalar)
-
-
-def _joined(deferrals: list[tuple[Tag, tuple[Source, ...]]]) -> tuple[Source, ...]:
-    """The operands of several deferred parts, in the order their expression reads them."""
-    return tuple(src for _, sources in deferrals for src in sources)
 
 
 def _elementwise_sparse(op: str, scalar: Any, sparse: list[bool]) -> bool:
@@ -575,11 +585,11 @@ def matmul(x: Any, y: Any) -> Lazy:
     given (coiter Tensors, numeric NumPy arrays, SciPy matrices) or their transposes."""
     if _is_scalar(x) or _is_scalar(y):
         raise ArgumentError("matmul: a scalar operand is not allowed, use * instead")
-    dx, dy = _deferral(x), _deferral(y)
-    if dx is None or dy is None:
+    parts = _deferrals([x, y])
+    if parts is None:
         return _matmul_now(x, y)
     shape = _matmul_shape(tuple(x.shape), tuple(y.shape))
-    return Lazy._deferred(lambda: _matmul_now(x, y), _joined([dx, dy]), ("@", dx[0], dy[0]), shape,
+    return Lazy._deferred(lambda: _matmul_now(x, y), parts, ("@", parts[0].tag, parts[1].tag), shape,
                           _sparse_operand(x) and _sparse_operand(y))
 
 
@@ -606,15 +616,29 @@ def _plain(obj: Any) -> bool:
     return False
 
 
-def _deferral(obj: Any) -> tuple[Tag, tuple[Source, ...]] | None:
+def _deferral(obj: Any) -> Deferral | None:
     """What a deferred expression over ``obj`` computes of which operands: an operand as
     given or a leaf reads one whole; a deferred expression its own; None where ``obj`` is
-    neither (an expression built already, a list: the expression over it is built now)."""
+    neither (an expression built already, one _DEFER_DEPTH deep, a list: the expression
+    over it is built now)."""
     if isinstance(obj, Lazy):
         if obj._source is not None:
-            return _LEAF, (obj._source,)
-        return None if obj._tag is None else (obj._tag, obj._inputs)
-    return (_LEAF, ((obj, tuple(range(len(obj.shape)))),)) if _plain(obj) else None
+            return Deferral(_LEAF, (obj._source,), 0)
+        if obj._tag is None or obj._depth >= _DEFER_DEPTH:
+            return None
+        return Deferral(obj._tag, obj._inputs, obj._depth)
+    return Deferral(_LEAF, ((obj, tuple(range(len(obj.shape)))),), 0) if _plain(obj) else None
+
+
+def _deferrals(objs: list[Any]) -> list[Deferral] | None:
+    """Each of ``objs``'s deferral (:func:`_deferral`), or None unless all have one."""
+    parts: list[Deferral] = []
+    for obj in objs:
+        part = _deferral(obj)
+        if part is None:
+            return None
+        parts.append(part)
+    return parts
 
 
 def _sparse_operand(obj: Any) -> bool:
@@ -640,15 +664,15 @@ def _apply(ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Lazy:
     if ufunc is np.power:
         _check_integer_power(*inputs)
     tensors = [x for x in inputs if not _is_scalar(x)]
-    deferrals = [_deferral(x) for x in tensors]
-    if not tensors or any(d is None for d in deferrals):
+    parts = _deferrals(tensors)
+    if not tensors or parts is None:
         return _apply_now(ufunc, inputs)
     shape = _broadcast(ufunc.__name__, [tuple(x.shape) for x in tensors])
     scalars = tuple(_scalar_tag(x) if _is_scalar(x) else None for x in inputs)
     sparse = all(_sparse_operand(x) for x in tensors) and _ufunc_keeps_zeros(ufunc, inputs, scalars)
-    tags = iter([tag for tag, _ in deferrals])
+    tags = iter([p.tag for p in parts])
     tag = (ufunc, *(next(tags) if s is None else s for s in scalars))
-    return Lazy._deferred(lambda: _apply_now(ufunc, inputs), _joined(deferrals), tag, shape, sparse)
+    return Lazy._deferred(lambda: _apply_now(ufunc, inputs), parts, tag, shape, sparse)
 
 
 # whether a ufunc keeps zeros, by the ufunc and its scalar arguments' tags (None: a tensor);

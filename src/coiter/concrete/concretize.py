@@ -30,7 +30,7 @@ from ..formats.format import Format, coo, dense
 from ..formats.levels.workspace import WorkspaceList
 from ..formats.workspaces import DENSE, policy_names
 from ..lattice.graph import Edge, LoopOrder, choose_order
-from ..lattice.lattice import Iter, build_lattice
+from ..lattice.lattice import Iter, LatticeTooLarge, build_lattice
 from ..notation.affine import Equation
 from ..notation.ast import (
     Access,
@@ -422,7 +422,10 @@ def _merged_cases(e: Expr, formats: Mapping[str, Format]) -> int:
             return next((Iter(a, k, v) for k, level in enumerate(fmt.levels)
                          if a.indices[fmt.ordering[k]] == v and not (level.full and level.has_locate)),
                         None)
-        lattice = build_lattice(body, walked)
+        try:
+            lattice = build_lattice(body, walked)
+        except LatticeTooLarge:
+            return MAX_MERGED_CASES + 1
         total *= sum(len(lattice.sub_points(p)) for p in lattice.points)
     return total
 

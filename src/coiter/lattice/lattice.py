@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..errors import ScheduleError
 from ..notation.ast import (
     Access, Add, BinaryExpr, Call, Coordinate, Div, Expr, IndexVar, Literal, Mul, Neg, Reduction, Sub,
     accesses,
@@ -51,9 +52,42 @@ class Iter:
 
 Point = frozenset  # frozenset[Iter]
 
+# A union of n sparse operands has 2**n points and 3**n cases: a sum of 32 sparse matrices
+# ran out of memory building its lattice. Concretization takes the terms of a sum this
+# large one at a time; any other expression whose lattice would pass this many points is a
+# LatticeTooLarge (a ScheduleError naming it).
+MAX_POINTS = 1024
 
-def _product(a: list[Point], b: list[Point]) -> list[Point]:
-    return [p | q for p in a for q in b]
+
+class LatticeTooLarge(ScheduleError):
+    """An expression whose merge lattice would have more than MAX_POINTS points."""
+
+
+def _capped(points: list[Point]) -> list[Point]:
+    """``points`` without repeats; LatticeTooLarge past MAX_POINTS."""
+    out = list(dict.fromkeys(points))
+    if len(out) > MAX_POINTS:
+        raise LatticeTooLarge(f"more than {MAX_POINTS} merge lattice points")
+    return out
+
+
+def _summarized(points: list[Point]) -> list[Point]:
+    """The empty point if ``points`` holds it and one other point if it holds one: all that
+    a fill depends on (whether an operand has points, whether the empty one is among them)."""
+    empty = [p for p in points if not p][:1]
+    return empty + [p for p in points if p][:1]
+
+
+def _product(a: list[Point], b: list[Point], shape: Callable[[list[Point]], list[Point]]) -> list[Point]:
+    """The unions of a point of ``a`` and one of ``b``, kept by ``shape`` (where it caps,
+    stopping as soon as there are too many)."""
+    out: dict[Point, None] = {}
+    for p in a:
+        for q in b:
+            out[p | q] = None
+            if len(out) > MAX_POINTS and shape is _capped:
+                raise LatticeTooLarge(f"more than {MAX_POINTS} merge lattice points")
+    return shape(list(out))
 
 
 # A sub-expression's points (where it may differ from its fill) and its fill: the one value
@@ -62,15 +96,17 @@ def _product(a: list[Point], b: list[Point]) -> list[Point]:
 Node = tuple[list[Point], Any]
 
 
-def _binary(op: Callable[[Any, Any], Any], a: Node, b: Node, absorbing: Callable[[Any, int], bool]) -> Node:
+def _binary(op: Callable[[Any, Any], Any], a: Node, b: Node, absorbing: Callable[[Any, int], bool],
+            shape: Callable[[list[Point]], list[Point]]) -> Node:
     """Points of ``op(a, b)``: where both operands are, and where one is unless the other's
     fill absorbs it (``absorbing(fill, side)``: ``op`` of anything with that fill on that
     side is one constant, as ``x * 0``). The fill is the value everywhere else: where
-    neither operand is, and where an absorbed one is."""
+    neither operand is, and where an absorbed one is. ``shape`` keeps the points (without
+    repeats, or only what a fill needs)."""
     (pa, fa), (pb, fb) = a, b
     a_absorbs = fa is not None and absorbing(fa, 0)
     b_absorbs = fb is not None and absorbing(fb, 1)
-    points = _product(pa, pb) + ([] if b_absorbs else pa) + ([] if a_absorbs else pb)
+    points = shape(_product(pa, pb, shape) + ([] if b_absorbs else pa) + ([] if a_absorbs else pb))
     values = []
     with np.errstate(all="ignore"):  # an absorbing fill makes the other side anything (1)
         if fa is not None and fb is not None:
@@ -83,7 +119,7 @@ def _binary(op: Callable[[Any, Any], Any], a: Node, b: Node, absorbing: Callable
         return points, None
     if not values or any(not _same(v, values[0]) for v in values):
         # the absorbed cases differ from where neither operand is (0/c vs 0/0): visit all
-        return _product(pa, pb) + pa + pb + [frozenset()], None
+        return shape(_product(pa, pb, shape) + pa + pb + [frozenset()]), None
     return points, values[0]
 
 
@@ -167,9 +203,10 @@ def _literal(value: Any, dtype: np.dtype | None) -> Any:
 
 
 def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[[Access], Any],
-           typing: Typing | None = None, dtype: np.dtype | None = None) -> Node:
-    """``e``'s points and fill; with ``typing``, the fill computed in ``dtype`` (the context's
-    type; its ``context`` at the root) as kernels compute it."""
+           typing: Typing | None = None, dtype: np.dtype | None = None,
+           shape: Callable[[list[Point]], list[Point]] = _capped) -> Node:
+    """``e``'s points (kept by ``shape``) and fill; with ``typing``, the fill computed in
+    ``dtype`` (the context's type; its ``context`` at the root) as kernels compute it."""
     if typing is not None and dtype is None:
         dtype = np.dtype(typing.context)
     if isinstance(e, Access):
@@ -181,28 +218,28 @@ def _build(e: Expr, iter_of: Callable[[Access], Iter | None], fill_of: Callable[
     if isinstance(e, Coordinate):
         return [frozenset()], None
     if isinstance(e, Neg):
-        points, fill = _build(e.operand, iter_of, fill_of, typing, dtype)
+        points, fill = _build(e.operand, iter_of, fill_of, typing, dtype, shape)
         with np.errstate(all="ignore"):  # unsigned fills wrap, as kernels' values do
             return points, None if fill is None else _in(-_number(fill), dtype)
     if isinstance(e, Reduction):
         logical = reducer(e.op).logical
         body = computation_dtype(e.body, typing.dtypes, np.dtype(np.float64)) \
             if typing is not None and logical else dtype
-        points, fill = _build(e.body, iter_of, fill_of, typing, body)
+        points, fill = _build(e.body, iter_of, fill_of, typing, body, shape)
         fill = None if fill is None else reduced_fill(e.op, fill)
         return points, None if fill is None else _in(fill, dtype)
     if isinstance(e, BinaryExpr):
         op = ARITHMETIC[type(e)]
         return _binary(lambda x, y: _in(op(_number(x), _number(y)), dtype),
-                       _build(e.a, iter_of, fill_of, typing, dtype),
-                       _build(e.b, iter_of, fill_of, typing, dtype), _ABSORBS[type(e)])
+                       _build(e.a, iter_of, fill_of, typing, dtype, shape),
+                       _build(e.b, iter_of, fill_of, typing, dtype, shape), _ABSORBS[type(e)], shape)
     if isinstance(e, Call):  # where any argument is, unless a fill absorbs (max with inf)
         f = function(e.fn)
         loop = None if typing is None else call_dtypes(e, typing.dtypes)[0]
-        args = [_build(arg, iter_of, fill_of, typing, loop) for arg in e.args]
+        args = [_build(arg, iter_of, fill_of, typing, loop, shape) for arg in e.args]
         if len(args) == 2:
             return _binary(lambda x, y: _in(f(x, y), dtype), args[0], args[1],
-                           _CALL_ABSORBS.get(e.fn, _never))
+                           _CALL_ABSORBS.get(e.fn, _never), shape)
         points, fill = args[0]
         if fill is None:
             return points, None
@@ -217,7 +254,8 @@ def expression_fill(e: Expr, sparse: Callable[[Access], bool], fill_of: Callable
     absent entries read as ``fill_of``), by the rules loops follow (absorbing fills, reduced
     fills), computed in ``typing``'s types (else in NumPy's for the fills); None when it has
     none (a dense operand's values, a sum of nonzero fills)."""
-    return _build(e, lambda a: a if sparse(a) else None, fill_of, typing)[1]  # type: ignore[arg-type, return-value]
+    return _build(e, lambda a: a if sparse(a) else None, fill_of, typing,  # type: ignore[arg-type, return-value]
+                  shape=_summarized)[1]
 
 
 def reduced_fill(op: str, fill: Any) -> Any:
@@ -295,7 +333,14 @@ def build_lattice(e: Expr, iter_of: Callable[[Access], Iter | None],
     computes); otherwise the lattice holds the empty point and covers every coordinate.
     With ``typing``, fills are computed in the types the loop computes ``e`` in.
     """
-    points, fill = _build(e, iter_of, fill_of, typing)
+    try:
+        points, fill = _build(e, iter_of, fill_of, typing)
+    except LatticeTooLarge:
+        text = str(e)
+        text = text if len(text) <= 200 else text[:197] + "..."
+        raise LatticeTooLarge(f"merging the sparse operands of {text} over one index variable would take "
+                              f"more than {MAX_POINTS} lattice points (a union of n sparse operands "
+                              "has 2**n); compute it in parts") from None
     if fill is None or not bool(fill == neutral):
         points = points + [frozenset()]
     if not points:  # neutral everywhere (B * 0): walk the intersection, where nothing is done
