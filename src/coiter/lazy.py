@@ -128,6 +128,15 @@ class Lazy(ArrayMethods):
         lazy.shape, lazy._sparse = shape, sparse
         return lazy
 
+    def _unary(self, build: Callable[[], Lazy], head: tuple[Any, ...], shape: tuple[int, ...],
+               sparse: bool) -> Lazy:
+        """``build()``, an operation ``head`` of this expression alone: deferred where this
+        expression can be, else built now."""
+        deferral = _deferral(self)
+        if deferral is None:
+            return build()
+        return Lazy._deferred(build, [deferral], (*head, deferral.tag), shape, sparse)
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its built expression (a deferred one's builder is a closure)."""
         expr, free, operands = self._built()
@@ -183,14 +192,12 @@ class Lazy(ArrayMethods):
         order = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"axes {axes} do not permute the {self.ndim} axes of shape {self.shape}")
-        deferral = _deferral(self) if self._source is None else None
-        if deferral is not None:
-            return Lazy._deferred(lambda: self._transposed(order), [deferral], ("T", order, deferral.tag),
-                                  tuple(self.shape[a] for a in order), self._sparse)
-        out = self._transposed(order)
-        if self._source is not None:
-            obj, axes = self._source
-            out._source = (obj, tuple(axes[a] for a in order))
+        if self._source is None:
+            return self._unary(lambda: self._transposed(order), ("T", order),
+                               tuple(self.shape[a] for a in order), self._sparse)
+        out = self._transposed(order)  # a leaf's transpose reads its operand whole too
+        obj, axes = self._source
+        out._source = (obj, tuple(axes[a] for a in order))
         return out
 
     def _transposed(self, order: tuple[int, ...]) -> Lazy:
@@ -259,12 +266,8 @@ class Lazy(ArrayMethods):
             # NumPy's ValueError too: min and max have no value over nothing
             raise ShapeError(f"{op} over axis {empty} of length 0 (shape {self.shape}) has no "
                              "value")
-        deferral = _deferral(self)
-        if deferral is None:
-            return self._reduced_now(op, summed)
         shape = tuple(n for a, n in enumerate(self.shape) if a not in summed)
-        return Lazy._deferred(lambda: self._reduced_now(op, summed), [deferral],
-                              ("reduce", op, tuple(summed), deferral.tag), shape, False)
+        return self._unary(lambda: self._reduced_now(op, summed), ("reduce", op, tuple(summed)), shape, False)
 
     def _reduced_now(self, op: str, summed: list[int]) -> Lazy:
         """This expression reduced by ``op`` over the axes ``summed``, built now."""
@@ -301,10 +304,7 @@ class Lazy(ArrayMethods):
         return _elementwise(self, other, "/")
 
     def __neg__(self) -> Lazy:
-        deferral = _deferral(self)
-        if deferral is None:
-            return self._negated()
-        return Lazy._deferred(self._negated, [deferral], ("neg", deferral.tag), self.shape, self._sparse)
+        return self._unary(self._negated, ("neg",), self.shape, self._sparse)
 
     def _negated(self) -> Lazy:
         return Lazy(Neg(self._expr), self._free, self.shape, self._operands, self._sparse)

@@ -78,16 +78,16 @@ def _summarized(points: list[Point]) -> list[Point]:
     return empty + [p for p in points if p][:1]
 
 
-def _product(a: list[Point], b: list[Point], shape: Callable[[list[Point]], list[Point]]) -> list[Point]:
-    """The unions of a point of ``a`` and one of ``b``, kept by ``shape`` (where it caps,
-    stopping as soon as there are too many)."""
+def _product(a: list[Point], b: list[Point]) -> list[Point]:
+    """The unions of a point of ``a`` and one of ``b``, without repeats; LatticeTooLarge as
+    soon as there are more than MAX_POINTS (summarized operands have at most 2 points)."""
     out: dict[Point, None] = {}
     for p in a:
         for q in b:
             out[p | q] = None
-            if len(out) > MAX_POINTS and shape is _capped:
+            if len(out) > MAX_POINTS:
                 raise LatticeTooLarge(f"more than {MAX_POINTS} merge lattice points")
-    return shape(list(out))
+    return list(out)
 
 
 # A sub-expression's points (where it may differ from its fill) and its fill: the one value
@@ -106,7 +106,7 @@ def _binary(op: Callable[[Any, Any], Any], a: Node, b: Node, absorbing: Callable
     (pa, fa), (pb, fb) = a, b
     a_absorbs = fa is not None and absorbing(fa, 0)
     b_absorbs = fb is not None and absorbing(fb, 1)
-    points = shape(_product(pa, pb, shape) + ([] if b_absorbs else pa) + ([] if a_absorbs else pb))
+    points = shape(_product(pa, pb) + ([] if b_absorbs else pa) + ([] if a_absorbs else pb))
     values = []
     with np.errstate(all="ignore"):  # an absorbing fill makes the other side anything (1)
         if fa is not None and fb is not None:
@@ -119,7 +119,7 @@ def _binary(op: Callable[[Any, Any], Any], a: Node, b: Node, absorbing: Callable
         return points, None
     if not values or any(not _same(v, values[0]) for v in values):
         # the absorbed cases differ from where neither operand is (0/c vs 0/0): visit all
-        return shape(_product(pa, pb, shape) + pa + pb + [frozenset()]), None
+        return shape(_product(pa, pb) + pa + pb + [frozenset()]), None
     return points, values[0]
 
 
