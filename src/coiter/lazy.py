@@ -39,6 +39,7 @@ chooses another); a dense one is a dense array.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import math
@@ -47,6 +48,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from .api import call_remembered, einsum, kernel_for, remember_kernel
 from .array_methods import ArrayMethods
 from .errors import ArgumentError, ShapeError
 from .formats import Format, as_format, csf, csr, dense
@@ -82,11 +84,13 @@ _DEFER_DEPTH = 32
 
 class Deferral(NamedTuple):
     """What a deferred expression computes of an operand or subexpression (its tag), of
-    which operands as given (its sources, in the order its expression reads them), and how
-    deeply deferred expressions nest in it (0 for an operand)."""
+    which operands as given (``objs``, in the order its expression reads them, and the axis
+    order it reads each in, ``orders``), and how deeply deferred expressions nest in it (0
+    for an operand)."""
 
     tag: Tag
-    sources: tuple[Source, ...]
+    objs: tuple[Any, ...]
+    orders: tuple[tuple[int, ...], ...]
     depth: int
 
 
@@ -100,14 +104,17 @@ class Lazy(ArrayMethods):
     same operations, axis orders and scalars used through its C call plan (about the
     kernel call's cost), not the whole path."""
 
-    __slots__ = ("_parts", "_build", "_inputs", "_tag", "_depth", "_source", "shape", "_sparse")
+    __slots__ = ("_parts", "_build", "_objs", "_orders", "_tag", "_depth", "_source", "shape",
+                 "_sparse")
     __array_priority__ = 20  # NumPy defers ``ndarray + Lazy`` to this class
 
     def __init__(self, expr: Expr, free: tuple[IndexVar, ...], shape: tuple[int, ...],
                  operands: dict[str, Tensor], sparse: bool) -> None:
         self._parts: Parts | None = (expr, free, operands)
         self._build: Callable[[], Parts] | None = None
-        self._inputs: tuple[Source, ...] = ()  # a deferred expression's operands...
+        # a deferred expression's operands, the axis orders it reads them in...
+        self._objs: tuple[Any, ...] = ()
+        self._orders: tuple[tuple[int, ...], ...] = ()
         self._tag: Tag | None = None  # ...and what it computes of them, for its kernel's key
         self._depth = 0  # deferred expressions nested in it, itself included
         self._source: Source | None = None  # what a leaf or its transpose reads
@@ -122,8 +129,12 @@ class Lazy(ArrayMethods):
         ``shape``."""
         lazy = cls.__new__(cls)
         lazy._parts, lazy._tag, lazy._source = None, tag, None
-        lazy._inputs = tuple(src for part in parts for src in part.sources)
-        lazy._depth = 1 + max(part.depth for part in parts)
+        # (a loop, not generators: this runs on every operator, whose cost users see)
+        first = parts[0]
+        objs, orders, depth = first.objs, first.orders, first.depth
+        for part in parts[1:]:
+            objs, orders, depth = objs + part.objs, orders + part.orders, max(depth, part.depth)
+        lazy._objs, lazy._orders, lazy._depth = objs, orders, depth + 1
         lazy._build = lambda: build()._built()
         lazy.shape, lazy._sparse = shape, sparse
         return lazy
@@ -170,7 +181,7 @@ class Lazy(ArrayMethods):
         free = tuple(_var() for _ in t.shape)
         lazy = Lazy(Access(name, free), free, t.shape, {name: t}, not t.format.is_dense)
         # the array or matrix itself where the call plan takes it as it is (cheaper to bind)
-        lazy._source = (obj if _plain(obj) else t, tuple(range(t.order)))
+        lazy._source = (obj if _plain(obj) else t, _identity(t.order))
         return lazy
 
     # ------------------------------------------------------------------ properties
@@ -382,14 +393,12 @@ class Lazy(ArrayMethods):
 
     def evaluate(self, format: Any = None) -> Tensor:
         """Compute the expression with one kernel; the result in ``format`` or by the rule."""
-        from .api import call_remembered, remember_kernel
-
         key = None
         # (a leaf read twice, ``L @ L.T``, is one operand of the kernel: the plan of one with
         # two refuses the call, and the other way round)
         if self._tag is not None and format is None:
-            key = (self._tag, tuple(axes for _, axes in self._inputs), self._sparse)
-            out = call_remembered(key, {f"T{k}": obj for k, (obj, _) in enumerate(self._inputs)})
+            key = (self._tag, self._orders, self._sparse)
+            out = call_remembered(key, dict(zip(_operand_names(len(self._objs)), self._objs)))
             if out is not None:
                 return out
         kernel, tensors = self._prepared(format)
@@ -398,8 +407,6 @@ class Lazy(ArrayMethods):
         return kernel.run(tensors, self.shape)
 
     def _prepared(self, format: Any) -> tuple[Any, dict[str, Tensor]]:
-        from .api import kernel_for
-
         a, tensors = self.assignment()
         out = as_format(format, self.ndim) if format is not None else self.result_format()
         return kernel_for(a, tensors, out), tensors
@@ -623,11 +630,23 @@ def _deferral(obj: Any) -> Deferral | None:
     over it is built now)."""
     if isinstance(obj, Lazy):
         if obj._source is not None:
-            return Deferral(_LEAF, (obj._source,), 0)
+            return Deferral(_LEAF, (obj._source[0],), (obj._source[1],), 0)
         if obj._tag is None or obj._depth >= _DEFER_DEPTH:
             return None
-        return Deferral(obj._tag, obj._inputs, obj._depth)
-    return Deferral(_LEAF, ((obj, tuple(range(len(obj.shape)))),), 0) if _plain(obj) else None
+        return Deferral(obj._tag, obj._objs, obj._orders, obj._depth)
+    return Deferral(_LEAF, (obj,), (_identity(len(obj.shape)),), 0) if _plain(obj) else None
+
+
+@functools.cache
+def _identity(order: int) -> tuple[int, ...]:
+    """The axis order of an operand of ``order`` axes read as it is."""
+    return tuple(range(order))
+
+
+@functools.cache
+def _operand_names(n: int) -> tuple[str, ...]:
+    """The names of a deferred expression's ``n`` operands in its kernel (T0, T1, ...)."""
+    return tuple(f"T{k}" for k in range(n))
 
 
 def _deferrals(objs: list[Any]) -> list[Deferral] | None:
@@ -642,9 +661,11 @@ def _deferrals(objs: list[Any]) -> list[Deferral] | None:
 
 
 def _sparse_operand(obj: Any) -> bool:
+    if isinstance(obj, Tensor):  # (before SciPy's test, which is slower)
+        return not obj.format.is_dense
     if isinstance(obj, Lazy):
         return obj._sparse
-    return sp.issparse(obj) or (isinstance(obj, Tensor) and not obj.format.is_dense)
+    return sp.issparse(obj)
 
 
 def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -776,8 +797,6 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         axis = kwargs.get("axis", args[1] if len(args) > 1 else None)
         return getattr(Lazy.leaf(args[0]), reduction)(axis)
     if func is np.einsum and not kwargs and isinstance(args[0], str):
-        from .api import einsum
-
         return einsum(args[0], *args[1:])
     if func is np.tensordot and set(kwargs) <= {"axes"}:
         return _tensordot(*args, **kwargs)
@@ -865,8 +884,6 @@ def _densified(obj: Any, function: str) -> Any:
 
 
 def _tensordot(x: Any, y: Any, axes: Any = 2) -> Any:
-    from .api import einsum
-
     a, b = Lazy.leaf(x), Lazy.leaf(y)
     if isinstance(axes, int):
         left, right = list(range(a.ndim - axes, a.ndim)), list(range(axes))
