@@ -173,15 +173,35 @@ class Lazy(ArrayMethods):
 
     @staticmethod
     def leaf(obj: Any) -> Lazy:
-        """``obj`` (a Tensor, array, SciPy matrix or Lazy) as an expression."""
+        """``obj`` (a Tensor, array, SciPy matrix or Lazy) as an expression; the expression
+        of an operand as given (:func:`_plain`) is built when first needed."""
         if isinstance(obj, Lazy):
             return obj
+        if _plain(obj):
+            return Lazy._read(obj, _identity(len(obj.shape)), lambda: Lazy._leaf_now(obj)._built(),
+                              tuple(obj.shape), _sparse_operand(obj))
+        return Lazy._leaf_now(obj)
+
+    @staticmethod
+    def _leaf_now(obj: Any) -> Lazy:
+        """``obj`` as an expression, built now."""
         t = obj if isinstance(obj, Tensor) else _as_tensor(obj)
         name = f"L{next(_leaves)}"
         free = tuple(_var() for _ in t.shape)
         lazy = Lazy(Access(name, free), free, t.shape, {name: t}, not t.format.is_dense)
         # the array or matrix itself where the call plan takes it as it is (cheaper to bind)
         lazy._source = (obj if _plain(obj) else t, _identity(t.order))
+        return lazy
+
+    @classmethod
+    def _read(cls, obj: Any, order: tuple[int, ...], build: Callable[[], Parts],
+              shape: tuple[int, ...], sparse: bool) -> Lazy:
+        """Operand ``obj`` as given, read in axis ``order``, of ``shape`` so read: a leaf or
+        its transpose, whose expression ``build()`` returns when first needed."""
+        lazy = cls.__new__(cls)
+        lazy._parts, lazy._build, lazy._source = None, build, (obj, order)
+        lazy._objs, lazy._orders, lazy._tag, lazy._depth = (), (), None, 0
+        lazy.shape, lazy._sparse = shape, sparse
         return lazy
 
     # ------------------------------------------------------------------ properties
@@ -203,13 +223,13 @@ class Lazy(ArrayMethods):
         order = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"axes {axes} do not permute the {self.ndim} axes of shape {self.shape}")
+        shape = tuple(self.shape[a] for a in order)
         if self._source is None:
-            return self._unary(lambda: self._transposed(order), ("T", order),
-                               tuple(self.shape[a] for a in order), self._sparse)
-        out = self._transposed(order)  # a leaf's transpose reads its operand whole too
+            return self._unary(lambda: self._transposed(order), ("T", order), shape, self._sparse)
+        # a leaf's transpose reads its operand whole too
         obj, axes = self._source
-        out._source = (obj, tuple(axes[a] for a in order))
-        return out
+        return Lazy._read(obj, tuple(axes[a] for a in order), lambda: self._transposed(order)._built(),
+                          shape, self._sparse)
 
     def _transposed(self, order: tuple[int, ...]) -> Lazy:
         """This expression with its axes in ``order``, built now."""
