@@ -458,6 +458,28 @@ def test_long_chains_stop_deferring_and_stay_right() -> None:
     np.testing.assert_allclose(value.evaluate().to_numpy(), ref)
 
 
+def test_long_chains_of_transposes_stay_right() -> None:
+    """Regression: a leaf's transpose builds its expression when first needed, from the
+    leaf's (so that ``L @ L.T`` reads one operand); built from the transpose before it,
+    thousands of transposes in a row nested the builds as deep and overflowed Python's
+    recursion limit. Each builds from the leaf; values are NumPy's, and ``L`` under any
+    number of transposes is still one operand of the kernel."""
+    rng = np.random.default_rng(53)
+    a = rng.random((4, 3)) * (rng.random((4, 3)) < 0.6)
+    t = coiter.Tensor.from_numpy(a, format="csr")
+    value, ref = t, a
+    for _ in range(5001):
+        value, ref = value.T, ref.T
+    np.testing.assert_allclose(value.evaluate().to_numpy(), ref)
+    leaf = coiter.lazy.Lazy.leaf(t)
+    flipped = leaf
+    for _ in range(3):
+        flipped = flipped.T
+    product = leaf @ flipped
+    assert len(product.assignment()[1]) == 1
+    np.testing.assert_allclose(product.evaluate().to_numpy(), a @ a.T)
+
+
 def test_sums_of_many_sparse_operands_are_computed_term_by_term() -> None:
     """Regression: a sum of 32 sparse matrices built its merge lattice's 2**32 points and
     ran out of memory (16 took minutes). Past coiter.lattice.lattice.MAX_POINTS points the

@@ -104,8 +104,8 @@ class Lazy(ArrayMethods):
     same operations, axis orders and scalars used through its C call plan (about the
     kernel call's cost), not the whole path."""
 
-    __slots__ = ("_parts", "_build", "_objs", "_orders", "_tag", "_depth", "_source", "shape",
-                 "_sparse")
+    __slots__ = ("_parts", "_build", "_objs", "_orders", "_tag", "_depth", "_source", "_root",
+                 "shape", "_sparse")
     __array_priority__ = 20  # NumPy defers ``ndarray + Lazy`` to this class
 
     def __init__(self, expr: Expr, free: tuple[IndexVar, ...], shape: tuple[int, ...],
@@ -118,6 +118,7 @@ class Lazy(ArrayMethods):
         self._tag: Tag | None = None  # ...and what it computes of them, for its kernel's key
         self._depth = 0  # deferred expressions nested in it, itself included
         self._source: Source | None = None  # what a leaf or its transpose reads
+        self._root: Lazy | None = None  # the leaf a leaf's transpose transposes
         self.shape = shape
         self._sparse = sparse
 
@@ -128,7 +129,7 @@ class Lazy(ArrayMethods):
         operands and subexpressions ``parts`` (in the order the expression reads them), of
         ``shape``."""
         lazy = cls.__new__(cls)
-        lazy._parts, lazy._tag, lazy._source = None, tag, None
+        lazy._parts, lazy._tag, lazy._source, lazy._root = None, tag, None, None
         # (a loop, not generators: this runs on every operator, whose cost users see)
         first = parts[0]
         objs, orders, depth = first.objs, first.orders, first.depth
@@ -179,7 +180,7 @@ class Lazy(ArrayMethods):
             return obj
         if _plain(obj):
             return Lazy._read(obj, _identity(len(obj.shape)), lambda: Lazy._leaf_now(obj)._built(),
-                              tuple(obj.shape), _sparse_operand(obj))
+                              tuple(obj.shape), _sparse_operand(obj), None)
         return Lazy._leaf_now(obj)
 
     @staticmethod
@@ -195,11 +196,12 @@ class Lazy(ArrayMethods):
 
     @classmethod
     def _read(cls, obj: Any, order: tuple[int, ...], build: Callable[[], Parts],
-              shape: tuple[int, ...], sparse: bool) -> Lazy:
+              shape: tuple[int, ...], sparse: bool, root: Lazy | None) -> Lazy:
         """Operand ``obj`` as given, read in axis ``order``, of ``shape`` so read: a leaf or
-        its transpose, whose expression ``build()`` returns when first needed."""
+        (``root`` the leaf) its transpose, whose expression ``build()`` returns when first
+        needed."""
         lazy = cls.__new__(cls)
-        lazy._parts, lazy._build, lazy._source = None, build, (obj, order)
+        lazy._parts, lazy._build, lazy._source, lazy._root = None, build, (obj, order), root
         lazy._objs, lazy._orders, lazy._tag, lazy._depth = (), (), None, 0
         lazy.shape, lazy._sparse = shape, sparse
         return lazy
@@ -226,10 +228,13 @@ class Lazy(ArrayMethods):
         shape = tuple(self.shape[a] for a in order)
         if self._source is None:
             return self._unary(lambda: self._transposed(order), ("T", order), shape, self._sparse)
-        # a leaf's transpose reads its operand whole too
+        # a leaf's transpose reads its operand whole too; it is built from the leaf (so
+        # that L @ L.T reads one operand), not from the transpose before it (builds nested
+        # as deep as a chain of transposes overflow Python's stack)
         obj, axes = self._source
-        return Lazy._read(obj, tuple(axes[a] for a in order), lambda: self._transposed(order)._built(),
-                          shape, self._sparse)
+        read = tuple(axes[a] for a in order)
+        root = self if self._root is None else self._root
+        return Lazy._read(obj, read, lambda: root._transposed(read)._built(), shape, self._sparse, root)
 
     def _transposed(self, order: tuple[int, ...]) -> Lazy:
         """This expression with its axes in ``order``, built now."""
