@@ -480,6 +480,29 @@ def test_long_chains_of_transposes_stay_right() -> None:
     np.testing.assert_allclose(product.evaluate().to_numpy(), a @ a.T)
 
 
+@pytest.mark.parametrize("name", ["L @ L.T", "L.T @ L", "L + L.T", "L * L.T", "M @ M.T",
+                                  "P + P.T", "P @ P.T", "maximum(L, L.T)", "L - L.T.T.T"])
+def test_an_expression_with_its_own_transpose(name: str) -> None:
+    """Regression: an expression and its transpose share index variables (the transpose
+    reorders them), and combining the two renamed one variable after another onto the
+    other's (L + L.T: v1 -> v0, then v0 -> v1 turned both of L's axes into v1) or kept
+    both in the result (L @ L.T: out(i0,i0)): silently wrong values or an error. Values are
+    NumPy's, on a leaf, a transposed operand (M = A.T) and a built product (P = L @ L)."""
+    rng = np.random.default_rng(54)
+    a = rng.random((4, 4)) * (rng.random((4, 4)) < 0.7)
+    t = coiter.Tensor.from_numpy(a, format="csr")
+    L, M = coiter.lazy.Lazy.leaf(t), t.T
+    P = L @ L
+    cases = {"L @ L.T": (lambda: L @ L.T, a @ a.T), "L.T @ L": (lambda: L.T @ L, a.T @ a),
+             "L + L.T": (lambda: L + L.T, a + a.T), "L * L.T": (lambda: L * L.T, a * a.T),
+             "M @ M.T": (lambda: M @ M.T, a.T @ a), "P + P.T": (lambda: P + P.T, a @ a + (a @ a).T),
+             "P @ P.T": (lambda: P @ P.T, (a @ a) @ (a @ a).T),
+             "maximum(L, L.T)": (lambda: np.maximum(L, L.T), np.maximum(a, a.T)),
+             "L - L.T.T.T": (lambda: L - L.T.T.T, a - a.T)}
+    build, ref = cases[name]
+    np.testing.assert_allclose(np.asarray(build().evaluate().to_numpy()), ref)
+
+
 def test_sums_of_many_sparse_operands_are_computed_term_by_term() -> None:
     """Regression: a sum of 32 sparse matrices built its merge lattice's 2**32 points and
     ran out of memory (16 took minutes). Past coiter.lattice.lattice.MAX_POINTS points the

@@ -48,7 +48,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from .api import call_remembered, einsum, kernel_for, remember_kernel
+from . import api
 from .array_methods import ArrayMethods
 from .errors import ArgumentError, ShapeError
 from .formats import Format, as_format, csf, csr, dense
@@ -423,18 +423,18 @@ class Lazy(ArrayMethods):
         # two refuses the call, and the other way round)
         if self._tag is not None and format is None:
             key = (self._tag, self._orders, self._sparse)
-            out = call_remembered(key, dict(zip(_operand_names(len(self._objs)), self._objs)))
+            out = api.call_remembered(key, dict(zip(_operand_names(len(self._objs)), self._objs)))
             if out is not None:
                 return out
         kernel, tensors = self._prepared(format)
         if key is not None:
-            remember_kernel(key, kernel)
+            api.remember_kernel(key, kernel)
         return kernel.run(tensors, self.shape)
 
     def _prepared(self, format: Any) -> tuple[Any, dict[str, Tensor]]:
         a, tensors = self.assignment()
         out = as_format(format, self.ndim) if format is not None else self.result_format()
-        return kernel_for(a, tensors, out), tensors
+        return api.kernel_for(a, tensors, out), tensors
 
     def to_numpy(self) -> np.ndarray:
         return self.evaluate().to_numpy()
@@ -523,9 +523,14 @@ def _rename_reductions(e: Expr, names: dict[IndexVar, IndexVar]) -> Expr:
 
 
 def _rebase(b: Lazy, free: tuple[IndexVar, ...]) -> Expr:
-    """``b``'s expression over the variables ``free`` (its own, renamed in order)."""
+    """``b``'s expression over the variables ``free`` (its own, renamed in order). All at
+    once, through fresh ones: ``b``'s may be ``free`` reordered (a transpose of the
+    expression it is combined with), and renaming one after another would merge two."""
     expr = b._expr
-    for v, w in zip(b._free, free):
+    fresh = [_var() for _ in free]
+    for v, w in zip(b._free, fresh):
+        expr = rename_index(expr, v, w)
+    for v, w in zip(fresh, free):
         expr = rename_index(expr, v, w)
     return expr
 
@@ -631,8 +636,10 @@ def _matmul_now(x: Any, y: Any) -> Lazy:
     shape = _matmul_shape(a.shape, b.shape)
     k = _var()
     left = rename_index(a._expr, a._free[-1], k)
-    right = rename_index(b._expr, b._free[0], k)
-    return Lazy(Reduction(k, Mul(left, right)), a._free[:-1] + b._free[1:], shape,
+    # b's other axes get fresh variables: b may share a's (a transpose of a)
+    rest = tuple(_var() for _ in b._free[1:])
+    right = _rebase(b, (k, *rest))
+    return Lazy(Reduction(k, Mul(left, right)), a._free[:-1] + rest, shape,
                 {**a._operands, **b._operands}, a._sparse and b._sparse)
 
 
@@ -822,7 +829,7 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         axis = kwargs.get("axis", args[1] if len(args) > 1 else None)
         return getattr(Lazy.leaf(args[0]), reduction)(axis)
     if func is np.einsum and not kwargs and isinstance(args[0], str):
-        return einsum(args[0], *args[1:])
+        return api.einsum(args[0], *args[1:])
     if func is np.tensordot and set(kwargs) <= {"axes"}:
         return _tensordot(*args, **kwargs)
     if func in _METHODS or func is np.linalg.norm:
@@ -921,5 +928,5 @@ def _tensordot(x: Any, y: Any, axes: Any = 2) -> Any:
         sb[j % b.ndim] = sa[i % a.ndim]
     out = [c for n, c in enumerate(sa) if n not in {i % a.ndim for i in left}]
     out += [c for n, c in enumerate(sb) if n not in {j % b.ndim for j in right}]
-    return einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(out)}", x.evaluate() if isinstance(x, Lazy) else x,
+    return api.einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(out)}", x.evaluate() if isinstance(x, Lazy) else x,
                   y.evaluate() if isinstance(y, Lazy) else y)
