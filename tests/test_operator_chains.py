@@ -1,8 +1,9 @@
 """Random chains of Python operators on coiter Tensors (coiter/lazy.py) against NumPy on the
 densified operands: any value type, any format the differential fuzzer draws, shapes with
-empty modes, NaN and infinities, and every operator, function and reduction the expressions
-offer. Each chain is drawn from one seed (hypothesis draws the seeds), so a failure names the
-seed that rebuilds it: ``chain(seed)``.
+empty modes, NaN and infinities, every operator, function and reduction the expressions
+offer, and the chain combined with itself or its own transpose (which share index
+variables). Each chain is drawn from one seed (hypothesis draws the seeds), so a failure
+names the seed that rebuilds it: ``chain(seed)``.
 
 Where coiter documents another answer than NumPy's, the comparison follows the
 documentation: entries where NumPy's value is not finite are not compared (a sparse
@@ -72,7 +73,7 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
     value, ref = _leaf(rng, shape, str(rng.choice(DTYPES)))
     steps = [f"{ref.dtype} {value.format.to_string()} {shape}"]
     for _ in range(int(rng.integers(1, 5))):
-        kind = rng.choice(["binary", "unary", "matmul", "reduce"], p=[0.45, 0.35, 0.1, 0.1])
+        kind = rng.choice(["binary", "unary", "matmul", "reduce", "itself"], p=[0.4, 0.3, 0.1, 0.1, 0.1])
         if kind == "binary":
             op = str(rng.choice(sorted(BINARY)))
             if not _allowed(op, ref.dtype):
@@ -97,6 +98,20 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
             other, other_ref = _leaf(rng, (ref.shape[1], int(rng.integers(0, 4))), str(ref.dtype))
             steps.append(f"@ {other.format.to_string()} {other_ref.shape}")
             value, ref = value @ other, ref @ other_ref
+        elif kind == "itself":
+            # the chain with itself or its own transpose, which share index variables
+            square = ref.ndim == 2 and ref.shape[0] == ref.shape[1]
+            flip = ref.ndim == 2 and rng.random() < 0.5
+            if flip and rng.random() < 0.5:
+                steps.append("@ itself.T")
+                value, ref = value @ value.T, ref @ ref.T
+            else:
+                op = str(rng.choice(sorted(BINARY)))
+                if not _allowed(op, ref.dtype):
+                    continue
+                flip = flip and square
+                steps.append(f"{op} itself{'.T' if flip else ''}")
+                value, ref = BINARY[op](value, value.T if flip else value), BINARY[op](ref, ref.T if flip else ref)
         elif kind == "reduce" and ref.ndim == 2:
             op = str(rng.choice(REDUCTIONS))
             axis = None if rng.random() < 0.3 else int(rng.integers(0, 2))
