@@ -481,24 +481,30 @@ def test_long_chains_of_transposes_stay_right() -> None:
 
 
 @pytest.mark.parametrize("name", ["L @ L.T", "L.T @ L", "L + L.T", "L * L.T", "M @ M.T",
-                                  "P + P.T", "P @ P.T", "maximum(L, L.T)", "L - L.T.T.T"])
+                                  "P + P.T", "P @ P.T", "maximum(L, L.T)", "L - L.T.T.T",
+                                  "L.T + S", "S + L.T", "L.T * S"])
 def test_an_expression_with_its_own_transpose(name: str) -> None:
     """Regression: an expression and its transpose share index variables (the transpose
     reorders them), and combining the two renamed one variable after another onto the
     other's (L + L.T: v1 -> v0, then v0 -> v1 turned both of L's axes into v1) or kept
     both in the result (L @ L.T: out(i0,i0)): silently wrong values or an error. Values are
-    NumPy's, on a leaf, a transposed operand (M = A.T) and a built product (P = L @ L)."""
+    NumPy's, on a leaf, a transposed operand (M = A.T) and a built product (P = L @ L).
+    And renaming a variable onto one a sum binds captured it: L.T + S with S = L.sum(axis=0)
+    (sum over v0 of L(v0, v1), its v1 renamed to L.T's v0) summed L's diagonal."""
     rng = np.random.default_rng(54)
     a = rng.random((4, 4)) * (rng.random((4, 4)) < 0.7)
     t = coiter.Tensor.from_numpy(a, format="csr")
     L, M = coiter.lazy.Lazy.leaf(t), t.T
-    P = L @ L
+    P, S = L @ L, L.sum(axis=0)
     cases = {"L @ L.T": (lambda: L @ L.T, a @ a.T), "L.T @ L": (lambda: L.T @ L, a.T @ a),
              "L + L.T": (lambda: L + L.T, a + a.T), "L * L.T": (lambda: L * L.T, a * a.T),
              "M @ M.T": (lambda: M @ M.T, a.T @ a), "P + P.T": (lambda: P + P.T, a @ a + (a @ a).T),
              "P @ P.T": (lambda: P @ P.T, (a @ a) @ (a @ a).T),
              "maximum(L, L.T)": (lambda: np.maximum(L, L.T), np.maximum(a, a.T)),
-             "L - L.T.T.T": (lambda: L - L.T.T.T, a - a.T)}
+             "L - L.T.T.T": (lambda: L - L.T.T.T, a - a.T),
+             "L.T + S": (lambda: L.T + S, a.T + a.sum(axis=0)),
+             "S + L.T": (lambda: S + L.T, a.sum(axis=0) + a.T),
+             "L.T * S": (lambda: L.T * S, a.T * a.sum(axis=0))}
     build, ref = cases[name]
     np.testing.assert_allclose(np.asarray(build().evaluate().to_numpy()), ref)
 

@@ -43,6 +43,7 @@ import functools
 import inspect
 import itertools
 import math
+from dataclasses import replace
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -525,14 +526,24 @@ def _rename_reductions(e: Expr, names: dict[IndexVar, IndexVar]) -> Expr:
 def _rebase(b: Lazy, free: tuple[IndexVar, ...]) -> Expr:
     """``b``'s expression over the variables ``free`` (its own, renamed in order). All at
     once, through fresh ones: ``b``'s may be ``free`` reordered (a transpose of the
-    expression it is combined with), and renaming one after another would merge two."""
-    expr = b._expr
+    expression it is combined with), and renaming one after another would merge two. Its
+    sums bind fresh variables first, so that none of ``free`` is captured by one."""
+    expr = _fresh_bound(b._expr)
     fresh = [_var() for _ in free]
     for v, w in zip(b._free, fresh):
         expr = rename_index(expr, v, w)
     for v, w in zip(fresh, free):
         expr = rename_index(expr, v, w)
     return expr
+
+
+def _fresh_bound(e: Expr) -> Expr:
+    """``e`` with the variable of every Reduction renamed to a fresh one in its body (inner
+    ones first, so that each renames the uses it binds)."""
+    if isinstance(e, Reduction):
+        var = _var()
+        return replace(e, var=var, body=rename_index(_fresh_bound(e.body), e.var, var))
+    return with_children(e, [_fresh_bound(c) for c in children(e)])
 
 
 _BINARY = {"+": Add, "-": Sub, "*": Mul, "/": Div}
