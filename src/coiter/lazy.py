@@ -614,7 +614,9 @@ def _aligned(op: str, operands: tuple[Lazy, ...]) -> tuple[tuple[IndexVar, ...],
     wide = max(operands, key=lambda o: o.ndim)
     free = wide._free
     _broadcast(op, [o.shape for o in operands])
-    return free, wide.shape, [_rebase(o, free[len(free) - o.ndim:]) for o in operands]
+    # (the widest is over its own variables already)
+    return free, wide.shape, [o._expr if o is wide else _rebase(o, free[len(free) - o.ndim:])
+                              for o in operands]
 
 
 def _broadcast(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
