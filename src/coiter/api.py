@@ -17,6 +17,7 @@ from .notation import operators
 from .notation.index_sets import split_index_sets
 from .notation.parser import parse
 from .planning import EinsumPlan, Optimize, plan_einsum
+from .planning.sums import sum_chain
 from .kernel import Kernel
 from .operands import as_tensor
 from .runtime.kernel import StorageKernel
@@ -36,6 +37,8 @@ _KERNELS_MAX = 1024
 # would pick).
 _last: dict[tuple, Kernel] = {}
 _LAST_MAX = 256
+# the same for calls whose sum runs as a chain of kernels (SumChain)
+_chains: dict[tuple, "SumChain"] = {}
 _step_kernels: dict[tuple, Kernel] = {}  # einsum steps' kernels (see _step_kernel)
 _dense_plans: dict[tuple, EinsumPlan] = {}  # one-NumPy-step plans of NumPy arrays (see einsum)
 
@@ -268,10 +271,15 @@ def evaluate(
     spelling = _spelling(assignment, out_format) if out_shape is None else None
     if spelling is not None:
         out = call_remembered(spelling, operands)
+        if out is None:
+            out = call_chained(spelling, operands)
         if out is not None:
             return out
     a = _as_assignment(assignment)
     tensors = {n: as_tensor(v, name=n) for n, v in operands.items()}
+    chained = run_chained_sum(a, tensors, out_format, out_shape, spelling)
+    if chained is not None:
+        return chained
     kernel = kernel_for(a, tensors, out_format)
     if spelling is not None:
         remember_kernel(spelling, kernel)
@@ -309,20 +317,8 @@ def remember_kernel(spelling: tuple, kernel: Kernel) -> None:
 def kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
                 ) -> Kernel:
     """The cached kernel of ``a`` for the operands' formats and ``out_format``."""
-    order = len(a.lhs.indices)
-    orders = _orders(a)
-    unexpected = sorted(set(tensors) - set(orders))
-    if unexpected:
-        raise ShapeError(f"unexpected operand(s) {', '.join(unexpected)}; the expression reads "
-                         f"{', '.join(sorted(dict.fromkeys(x.tensor for x in accesses(a.rhs))))}")
-    for n, t in tensors.items():
-        if t.order != orders[n]:
-            raise ShapeError(f"operand {n} has order {t.order}, the expression uses {orders[n]}")
-    rhs_names = [x.tensor for x in accesses(a.rhs) if x.tensor in tensors]
-    if out_format is None:
-        out = default_result_format(order, [tensors[n] for n in dict.fromkeys(rhs_names)])
-    else:
-        out = as_format(out_format, order)
+    _check_operands(a, tensors)
+    out = _result_format(a, tensors, out_format)
     formats: dict[str, FormatLike] = {n: t.format for n, t in tensors.items()}
     formats[a.lhs.tensor] = out
     fills = {n: t.fill_value for n, t in tensors.items() if t.fill_value != 0}
@@ -342,6 +338,137 @@ def kernel_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatL
             _kernels.pop(next(iter(_kernels)))
         _kernels[key] = kernel
     return kernel.with_gathers(gathers) if gathers else kernel
+
+
+def _check_operands(a: Assignment, tensors: Mapping[str, Tensor]) -> None:
+    """ShapeError for an operand ``a`` does not read or reads with another order."""
+    orders = _orders(a)
+    unexpected = sorted(set(tensors) - set(orders))
+    if unexpected:
+        raise ShapeError(f"unexpected operand(s) {', '.join(unexpected)}; the expression reads "
+                         f"{', '.join(sorted(dict.fromkeys(x.tensor for x in accesses(a.rhs))))}")
+    for n, t in tensors.items():
+        if t.order != orders[n]:
+            raise ShapeError(f"operand {n} has order {t.order}, the expression uses {orders[n]}")
+
+
+def _result_format(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
+                   ) -> Format:
+    """``out_format``, or by default the format :func:`default_result_format` gives ``a``'s
+    operands."""
+    order = len(a.lhs.indices)
+    if out_format is not None:
+        return as_format(out_format, order)
+    rhs_names = dict.fromkeys(x.tensor for x in accesses(a.rhs) if x.tensor in tensors)
+    return default_result_format(order, [tensors[n] for n in rhs_names])
+
+
+class SumChain:
+    """A wide sum of sparse operands as a chain of kernels (:mod:`coiter.planning.sums`),
+    made for one spelling of the sum and its operands' formats and fill values."""
+
+    def __init__(self, a: Assignment, steps: list[Assignment], out: Format, signature: tuple) -> None:
+        self.result = a.lhs
+        self.reads = tuple((x.tensor, x.indices) for x in accesses(a.rhs))
+        self.out = out
+        self.signature = signature
+        # each step with its operands and result renamed (T0, T1, ... and R), so that the
+        # steps of one shape share a kernel; the values it reads as T0, T1, ...; its value
+        self.steps: list[tuple[Assignment, tuple[str, ...], str]] = []
+        for step in steps:
+            inputs = tuple(dict.fromkeys(x.tensor for x in accesses(step.rhs)))
+            canonical = dict(zip(inputs, _OPERAND_NAMES))
+            rhs = map_accesses(step.rhs, lambda x: Access(canonical[x.tensor], x.indices))
+            self.steps.append((Assignment(Access("R", a.lhs.indices), rhs), inputs, step.lhs.tensor))
+        self.kernels: list[Kernel | None] = [None] * len(steps)  # looked up on the first run
+
+    def run(self, tensors: Mapping[str, Tensor], result_shape: tuple[int, ...] | None) -> Tensor:
+        """The sum of ``tensors`` (by the names the sum reads them by)."""
+        self._check_extents(tensors, result_shape)  # the kernels know the operands as T0, T1, ...
+        values = dict(tensors)
+        for k, (step, inputs, output) in enumerate(self.steps):
+            operands = dict(zip(_OPERAND_NAMES, (values[n] for n in inputs)))
+            kernel = self.kernels[k]
+            if kernel is None:
+                kernel = self.kernels[k] = kernel_for(step, operands, self.out)
+            last = k == len(self.steps) - 1
+            values[output] = kernel.run(operands, result_shape if last else None)
+        return Tensor._wrap(values[self.result.tensor].storage, name=self.result.tensor)
+
+    def _check_extents(self, tensors: Mapping[str, Tensor],
+                       result_shape: tuple[int, ...] | None) -> None:
+        """ShapeError naming the operand whose mode disagrees with another's (or the
+        result's) on the extent of an index variable."""
+        dims: dict[Any, tuple[int, str]] = {}
+        lhs = self.result
+        if result_shape is not None:
+            if len(result_shape) != len(lhs.indices):
+                raise ShapeError(f"result shape {tuple(result_shape)} has {len(result_shape)} modes, "
+                                 f"the result {lhs.tensor} has {len(lhs.indices)}")
+            dims = {v: (int(d), f"the result {lhs.tensor} (mode {m})")
+                    for m, (v, d) in enumerate(zip(lhs.indices, result_shape))}
+        for name, indices in self.reads:
+            for m, (v, d) in enumerate(zip(indices, tensors[name].shape)):
+                size, where = dims.setdefault(v, (d, f"{name} (mode {m})"))
+                if size != d:
+                    raise ShapeError(f"index variable {v} has size {size} in {where} but {d} in "
+                                     f"{name} (mode {m})")
+
+
+def _signature(tensors: Mapping[str, Tensor]) -> tuple:
+    """What a chain's kernels were chosen for: the operands' formats and fill values."""
+    return tuple(sorted((n, t.format, fill_key(t.fill_value)) for n, t in tensors.items()))
+
+
+def sum_chain_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
+                  ) -> SumChain | None:
+    """The chain of narrow sums that computes ``a`` when it is a wide sum of sparse operands
+    (no fill values but zero) into a sparse result; None otherwise (one kernel computes it)."""
+    _check_operands(a, tensors)
+    if not all(n in tensors for n in _orders(a) if n != a.lhs.tensor):
+        return None  # the kernel's call names what is missing
+    out = _result_format(a, tensors, out_format)
+    if out.is_dense or any(t.fill_value != 0 for t in tensors.values()):
+        return None
+    taken = set(tensors) | {a.lhs.tensor}
+
+    def fresh() -> str:
+        name = _fresh("sum", taken)
+        taken.add(name)
+        return name
+
+    def entries() -> int:
+        return sum(tensors[n].nnz for n in dict.fromkeys(x.tensor for x in accesses(a.rhs)))
+
+    steps = sum_chain(a, lambda n: n in tensors and not tensors[n].format.is_dense, entries, fresh)
+    return None if steps is None else SumChain(a, steps, out, _signature(tensors))
+
+
+def run_chained_sum(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
+                    result_shape: tuple[int, ...] | None = None, key: tuple | None = None,
+                    ) -> Tensor | None:
+    """``a`` computed by its :func:`sum_chain_for`, remembered under ``key`` (a call's
+    spelling, see :func:`call_chained`); None when one kernel computes ``a``."""
+    chain = sum_chain_for(a, tensors, out_format)
+    if chain is None:
+        return None
+    if key is not None:
+        if len(_chains) >= _LAST_MAX:
+            _chains.pop(next(iter(_chains)))
+        _chains[key] = chain
+    return chain.run(tensors, result_shape)
+
+
+def call_chained(key: tuple, operands: Mapping[str, Any]) -> Tensor | None:
+    """The result of the chain remembered under ``key`` when the operands have the formats
+    and fill values it was made for; None otherwise."""
+    chain = _chains.get(key)
+    if chain is None or len(operands) != len(chain.signature):
+        return None
+    tensors = {n: as_tensor(v, name=n) for n, v in operands.items()}
+    if _signature(tensors) != chain.signature:
+        return None
+    return chain.run(tensors, None)
 
 
 _OPERAND_NAMES = tuple(f"T{n}" for n in range(64))  # einsum's n-th operand
@@ -508,5 +635,8 @@ def run_assignment(assignment: Assignment, out_format: FormatLike | None) -> Sto
         tensors[x.tensor] = x.source
     if assignment.lhs.tensor in tensors or assignment.accumulate:
         tensors[assignment.lhs.tensor] = assignment.lhs.source
-    kernel = kernel_for(assignment, tensors, out_format)
-    return kernel.run(tensors, assignment.lhs.source.shape).storage
+    shape = assignment.lhs.source.shape
+    chained = run_chained_sum(assignment, tensors, out_format, shape)
+    if chained is not None:
+        return chained.storage
+    return kernel_for(assignment, tensors, out_format).run(tensors, shape).storage

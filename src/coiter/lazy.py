@@ -10,7 +10,9 @@ coiter Tensors, NumPy arrays and SciPy matrices build a :class:`Lazy` expression
 computed until :meth:`Lazy.evaluate`, ``to_numpy()``, ``to_scipy()`` or ``np.asarray``.
 A chain is one index-notation assignment, so it compiles to one fused kernel:
 ``(A + B) @ x`` is ``out(i) = sum(j, (A(i,j) + B(i,j)) * x(j))``, with no intermediate
-matrix.
+matrix. A wide sum of sparse operands into a sparse result is the exception: a chain of
+three-way sums (:mod:`coiter.planning.sums` says when), which compiles in a fraction of the
+time and adds in the same order.
 
 The result's format follows SciPy's rule for the same operation, so that sparse stays
 sparse where SciPy's does and nothing densifies unasked:
@@ -415,27 +417,39 @@ class Lazy(ArrayMethods):
     def kernel(self, format: Any = None) -> Any:
         """The compiled kernel that computes this expression (compiled once per expression
         shape, formats and dtypes, then cached)."""
-        return self._prepared(format)[0]
+        a, tensors, out = self._prepared(format)
+        return api.kernel_for(a, tensors, out)
 
     def evaluate(self, format: Any = None) -> Tensor:
-        """Compute the expression with one kernel; the result in ``format`` or by the rule."""
+        """Compute the expression with one kernel (a wide sum of sparse operands: a chain of
+        three-way sums, :func:`coiter.api.run_chained_sum`); the result in ``format`` or by
+        the rule."""
         key = None
         # (a leaf read twice, ``L @ L.T``, is one operand of the kernel: the plan of one with
         # two refuses the call, and the other way round)
         if self._tag is not None and format is None:
             key = (self._tag, self._orders, self._sparse)
-            out = api.call_remembered(key, dict(zip(_operand_names(len(self._objs)), self._objs)))
+            operands = dict(zip(_operand_names(len(self._objs)), self._objs))
+            out = api.call_remembered(key, operands)
+            if out is None:
+                out = api.call_chained(key, operands)
             if out is not None:
                 return out
-        kernel, tensors = self._prepared(format)
+        a, tensors, fmt = self._prepared(format)
+        # a wide sum of sparse operands runs as a chain of kernels
+        chained = api.run_chained_sum(a, tensors, fmt, self.shape, key)
+        if chained is not None:
+            return chained
+        kernel = api.kernel_for(a, tensors, fmt)
         if key is not None:
             api.remember_kernel(key, kernel)
         return kernel.run(tensors, self.shape)
 
-    def _prepared(self, format: Any) -> tuple[Any, dict[str, Tensor]]:
+    def _prepared(self, format: Any) -> tuple[Assignment, dict[str, Tensor], Format]:
+        """The assignment, its operands and the result's format."""
         a, tensors = self.assignment()
         out = as_format(format, self.ndim) if format is not None else self.result_format()
-        return api.kernel_for(a, tensors, out), tensors
+        return a, tensors, out
 
     def to_numpy(self) -> np.ndarray:
         return self.evaluate().to_numpy()
