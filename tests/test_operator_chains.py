@@ -1,8 +1,9 @@
 """Random chains of Python operators on coiter Tensors (coiter/lazy.py) against NumPy on the
 densified operands: any value type, any format the differential fuzzer draws, shapes with
 empty modes, NaN and infinities, every operator, function and reduction the expressions
-offer, and the chain combined with itself or its own transpose (which share index
-variables). Each chain is drawn from one seed (hypothesis draws the seeds), so a failure
+offer, reductions along an axis that the chain goes on from, the chain combined with itself
+or its own transpose (which share index variables), and with a reduction broadcast against
+it (of a new operand, or of the chain itself beside its transpose). Each chain is drawn from one seed (hypothesis draws the seeds), so a failure
 names the seed that rebuilds it: ``chain(seed)``.
 
 Where coiter documents another answer than NumPy's, the comparison follows the
@@ -37,7 +38,7 @@ UNARY: dict[str, Callable[[Any], Any]] = {
     "divide": lambda a: a / 4, "conj": lambda a: a.conj(), "real": lambda a: a.real,
     "imag": lambda a: a.imag, "diagonal": lambda a: a.diagonal(), "diagonal 1": lambda a: a.diagonal(1),
 }
-# reductions end a chain: (axis or None) -> value
+# reductions: a whole one ends a chain, one along an axis gives a vector the chain goes on from
 REDUCTIONS = ("sum", "max", "min", "mean")
 ORDERED = ("maximum", "minimum", "hypot", ">", "<=", ">=", "max", "min")  # no complex version
 
@@ -66,6 +67,21 @@ def _narrow(dtype: np.dtype) -> bool:
     return dtype.kind in "iu" and dtype.itemsize < 4
 
 
+def _reducible(op: str, ref: np.ndarray, axis: int | None) -> bool:
+    """Whether NumPy's ``op`` reduction of ``ref`` is defined and computed as coiter's."""
+    empty = ref.size == 0 if axis is None else ref.shape[axis] == 0
+    if op in ("max", "min"):
+        return not empty and _allowed(op, ref.dtype)
+    return not (op == "mean" and (empty or not _allowed("float", ref.dtype)))
+
+
+def _widens_exactly(dtype: np.dtype) -> bool:
+    """Whether a chain of ``dtype`` may meet a reduction's wider type (a sum of int8 is int64,
+    a mean float64): a fused expression computes in the final type, where NumPy wraps
+    narrow integers and adds bools before widening."""
+    return dtype.kind in "fc" or (dtype.kind in "iu" and dtype.itemsize >= 4)
+
+
 def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
     """The chain of ``seed``: the coiter expression, NumPy's value and the steps taken."""
     rng = np.random.default_rng(seed)
@@ -73,7 +89,8 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
     value, ref = _leaf(rng, shape, str(rng.choice(DTYPES)))
     steps = [f"{ref.dtype} {value.format.to_string()} {shape}"]
     for _ in range(int(rng.integers(1, 5))):
-        kind = rng.choice(["binary", "unary", "matmul", "reduce", "itself"], p=[0.4, 0.3, 0.1, 0.1, 0.1])
+        kind = rng.choice(["binary", "unary", "matmul", "reduce", "itself", "broadcast"],
+                          p=[0.35, 0.25, 0.1, 0.1, 0.1, 0.1])
         if kind == "binary":
             op = str(rng.choice(sorted(BINARY)))
             if not _allowed(op, ref.dtype):
@@ -112,16 +129,37 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
                 flip = flip and square
                 steps.append(f"{op} itself{'.T' if flip else ''}")
                 value, ref = BINARY[op](value, value.T if flip else value), BINARY[op](ref, ref.T if flip else ref)
-        elif kind == "reduce" and ref.ndim == 2:
+        elif kind == "reduce" and ref.ndim >= 1:
             op = str(rng.choice(REDUCTIONS))
-            axis = None if rng.random() < 0.3 else int(rng.integers(0, 2))
-            empty = ref.size == 0 if axis is None else ref.shape[axis] == 0
-            if (op in ("max", "min") and (empty or not _allowed(op, ref.dtype))) or (
-                    op == "mean" and empty):
+            axis = None if rng.random() < 0.3 else int(rng.integers(0, ref.ndim))
+            if not _reducible(op, ref, axis):
                 continue
             steps.append(f"{op}(axis={axis})")
             value, ref = getattr(value, op)(axis), np.asarray(getattr(ref, op)(axis=axis))
-            break
+            if ref.ndim == 0:
+                break
+        elif kind == "broadcast" and ref.ndim >= 1 and _widens_exactly(ref.dtype):
+            # the chain and a reduction broadcast against it: of a new operand, or (a matrix)
+            # of the chain itself beside its transpose, which share index variables
+            op, red = str(rng.choice(sorted(BINARY))), str(rng.choice(REDUCTIONS))
+            if ref.ndim == 2 and rng.random() < 0.5:
+                if not _reducible(red, ref, 1):
+                    continue
+                left, left_ref = value.T, ref.T
+                right, right_ref = getattr(value, red)(1), np.asarray(getattr(ref, red)(axis=1))
+                steps.append(f"itself.T {op} itself.{red}(axis=1)")
+            else:
+                leaf, leaf_ref = _leaf(rng, (int(rng.integers(1, 4)), ref.shape[-1]), str(ref.dtype))
+                if not _reducible(red, leaf_ref, 0):
+                    continue
+                left, left_ref = value, ref
+                right, right_ref = getattr(leaf, red)(0), np.asarray(getattr(leaf_ref, red)(axis=0))
+                if rng.random() < 0.5:
+                    left, left_ref, right, right_ref = right, right_ref, left, left_ref
+                steps.append(f"{op} {leaf.format.to_string()}.{red}(axis=0)")
+            if not _allowed(op, np.result_type(left_ref, right_ref)):
+                continue
+            value, ref = BINARY[op](left, right), BINARY[op](left_ref, right_ref)
         ref = np.asarray(ref)
     return value, np.asarray(ref), steps
 

@@ -22,7 +22,7 @@ from coiter.notation.ast import (
     walk,
 )
 from coiter.notation.parser import parse
-from coiter.notation.reductions import insert_reductions, reduction_vars
+from coiter.notation.reductions import distinct_reductions, insert_reductions, reduction_vars
 
 i, j, k = IndexVar("i"), IndexVar("j"), IndexVar("k")
 
@@ -153,3 +153,18 @@ def test_every_reduction_is_innermost_and_covers_all_uses(rhs: Expr, n_result: i
         if isinstance(core, (BinaryExpr, Neg)):
             assert all(_uses(c, r.var) < _uses(core, r.var) for c in children(core))
     assert insert_reductions(placed) == placed
+
+
+@pytest.mark.parametrize("text, expected, originals", [
+    ("y(i) = min(j, A(i,j)) + min(j, B(i,j))", "y(i) = min(j, A(i,j)) + min(j_2, B(i,j_2))", {"j_2": "j"}),
+    ("y(i) = min(j, A(i,j) + min(j, B(i,j)))", "y(i) = min(j, A(i,j) + min(j_2, B(i,j_2)))", {"j_2": "j"}),
+    ("y(i) = sum(j, A(i,j)) * C(i,j_2) + sum(j, B(i,j))",
+     "y(i) = sum(j, A(i,j)) * C(i,j_2) + sum(j_3, B(i,j_3))", {"j_3": "j"}),
+    ("y(i) = max(k, I(i+k)) - max(k, J(2*i+k))", "y(i) = max(k, I(i+k)) - max(k_2, J(2*i+k_2))", {"k_2": "k"}),
+    ("y(i) = sum(j, A(i,j)) + sum(k, B(i,k))", "y(i) = sum(j, A(i,j)) + sum(k, B(i,k))", {}),
+])
+def test_distinct_reductions_rename_a_variable_bound_twice(text: str, expected: str,
+                                                          originals: dict[str, str]) -> None:
+    a, renamed = distinct_reductions(parse(text))
+    assert a == parse(expected)
+    assert renamed == {IndexVar(n): IndexVar(o) for n, o in originals.items()}

@@ -734,3 +734,51 @@ def test_an_operand_with_a_layout_read_as_a_factor_and_elsewhere(fmt, expr):
     finite = np.isfinite(ref)
     np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-12)
     assert finite.sum() >= 10
+
+
+# --------------------------------------------------------- reductions over one variable
+
+_SIDE_BY_SIDE = [
+    ("y(i) = min(j, A(i,j)) + min(j, B(i,j))", lambda a, b: a.min(1) + b.min(1)),
+    ("y(i) = max(j, A(i,j)) - min(j, A(i,j))", lambda a, b: a.max(1) - a.min(1)),
+    ("y(i) = max(min(j, A(i,j)), min(j, B(i,j)))", lambda a, b: np.maximum(a.min(1), b.min(1))),
+    ("y(i) = sum(j, A(i,j)) * max(j, B(i,j))", lambda a, b: a.sum(1) * b.max(1)),
+    ("y(i) = min(j, A(i,j) + min(j, B(i,j)))",  # an inner reduction over its enclosing one's variable
+     lambda a, b: (a + b.min(1)[:, None]).min(1)),
+]
+
+
+@pytest.mark.parametrize("fmt", ["csr", "dense"])
+@pytest.mark.parametrize("text, reference", _SIDE_BY_SIDE, ids=[t for t, _ in _SIDE_BY_SIDE])
+def test_reductions_over_one_variable_side_by_side(text, reference, fmt):
+    # Regression: two min/max reductions over one variable name declared its counter twice
+    # in one C scope, a CompileError (found by the operator chain fuzzer: A.min(axis=1)
+    # combined with itself); the fresh variable the second binds now keeps them apart
+    rng = np.random.default_rng(12)
+    a = random_array(rng, (6, 5), 0.5) - 0.5 * (rng.random((6, 5)) < 0.3)
+    b = random_array(rng, (6, 5), 0.5)
+    a[0], b[1] = rng.standard_normal(5), rng.standard_normal(5)  # full rows: minimum not 0
+    out = coiter.evaluate(text, A=tensor(a, fmt), B=tensor(b, fmt)) if "B" in text else \
+        coiter.evaluate(text, A=tensor(a, fmt))
+    check(out, reference(a, b))
+
+
+def test_operator_reductions_combined_with_themselves():
+    rng = np.random.default_rng(13)
+    a = random_array(rng, (5, 4), 0.5) - 0.3
+    A = tensor(a, "csr")
+    m = A.min(axis=1)
+    check(np.maximum(m, m), a.min(1))
+    check(A.max(axis=1) - A.min(axis=1), np.ptp(a, axis=1))
+    check(A.T + A.min(axis=1), a.T + a.min(1))
+
+
+def test_two_poolings_over_one_window_variable():
+    # the window variable r, sized by extents=, is bound by both maxima: the second binds a
+    # fresh variable, which keeps r's extent
+    rng = np.random.default_rng(14)
+    i_, j_ = rng.standard_normal(10), rng.standard_normal(10)
+    k = coiter.compile("O(i) = max(r, I(i+r)) + max(r, J(i+r))", formats={"I": "s", "J": "s", "O": "d"},
+                       extents={"r": 3})
+    out = k(I=tensor(i_, "s"), J=tensor(j_, "s"))
+    check(out, np.array([i_[i:i + 3].max() + j_[i:i + 3].max() for i in range(8)]))

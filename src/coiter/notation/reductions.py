@@ -8,20 +8,28 @@ function is never entered: ``sum(j, sqrt(A(i,j)))``.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from coiter.notation.ast import (
     Access,
+    Affine,
     Assignment,
     Call,
     Coordinate,
     Expr,
+    IndexSet,
     IndexVar,
     Reduction,
+    Subscript,
+    Window,
     children,
     index_vars_of,
+    map_accesses,
+    walk,
     with_children,
 )
 
-__all__ = ["insert_reductions", "reduction_vars"]
+__all__ = ["distinct_reductions", "insert_reductions", "reduction_vars"]
 
 
 def reduction_vars(a: Assignment) -> list[IndexVar]:
@@ -83,3 +91,55 @@ def _free_vars_in_order(e: Expr) -> list[IndexVar]:
     """The free index variables of ``e`` in order of first appearance."""
     free = _free_vars(e)
     return [v for v in index_vars_of(e) if v in free]
+
+
+def distinct_reductions(a: Assignment) -> tuple[Assignment, dict[IndexVar, IndexVar]]:
+    """``a`` with no two ``Reduction`` nodes binding one variable: a later one over a
+    variable an earlier (or enclosing) one binds, as in ``min(j, A(i,j)) + min(j, B(i,j))``,
+    binds a fresh variable in its body instead. Generated code declares a bound variable
+    where its reduction runs, and two reductions over one name declared it twice in one
+    scope (a C compilation error). Also returns each fresh variable's original."""
+    taken = {v.name for v in index_vars_of(a.rhs)} | {v.name for v in a.lhs.index_vars}
+    taken |= {e.var.name for e in walk(a.rhs) if isinstance(e, Reduction)}
+    bound: set[IndexVar] = set()
+    originals: dict[IndexVar, IndexVar] = {}
+
+    def visit(e: Expr) -> Expr:
+        if not isinstance(e, Reduction):
+            return with_children(e, [visit(c) for c in children(e)])
+        var, body = e.var, e.body
+        if var in bound:
+            k = 2
+            while f"{var.name}_{k}" in taken:
+                k += 1
+            new = IndexVar(f"{var.name}_{k}")
+            taken.add(new.name)
+            originals[new] = originals.get(var, var)
+            body, var = _renamed(body, var, new), new
+        bound.add(var)
+        return replace(e, var=var, body=visit(body))
+
+    return Assignment(a.lhs, visit(a.rhs), a.accumulate), originals
+
+
+def _renamed(e: Expr, old: IndexVar, new: IndexVar) -> Expr:
+    """``e`` with index variable ``old`` replaced by ``new`` wherever it appears: subscripts
+    (compound ones too), coordinates and the variables of reductions."""
+    if isinstance(e, Reduction):
+        return replace(e, var=new if e.var == old else e.var, body=_renamed(e.body, old, new))
+    if isinstance(e, Coordinate):
+        return Coordinate(new) if e.var == old else e
+    if isinstance(e, Access):
+        return map_accesses(e, lambda x: Access(
+            x.tensor, tuple(_renamed_subscript(u, old, new) for u in x.indices), x.source))
+    return with_children(e, [_renamed(c, old, new) for c in children(e)])
+
+
+def _renamed_subscript(s: Subscript, old: IndexVar, new: IndexVar) -> Subscript:
+    if isinstance(s, IndexVar):
+        return new if s == old else s
+    if isinstance(s, Affine):
+        return Affine(tuple((c, new if v == old else v) for c, v in s.terms), s.const)
+    if isinstance(s, (Window, IndexSet)):
+        return replace(s, var=new) if s.var == old else s
+    return s

@@ -34,7 +34,7 @@ from ..lower.lower import BOUND_ERROR, PATTERN_ERROR, KernelIR, ParamSpec, lower
 from ..notation.ast import Assignment, IndexVar, accesses
 from ..notation.affine import padding_refusal, subscript_range, trivialize
 from ..notation.functions import computation_dtype
-from ..notation.reductions import insert_reductions
+from ..notation.reductions import distinct_reductions, insert_reductions
 from ..formats.workspaces import DENSE, policy_names
 from .autotune import AutoTuner
 from .workspace_choice import (
@@ -176,7 +176,7 @@ class StorageKernel:
         self.assignment = assignment
         # compound subscripts as fresh variables and their equations (I(i+k): I(t), t = i+k);
         # with ``padding`` they may read outside their mode, where the operand is zero
-        explicit = insert_reductions(assignment)
+        explicit, renamed = distinct_reductions(insert_reductions(assignment))
         self.plain, self.equations = trivialize(explicit)
         if padding and (why := padding_refusal(explicit)) is not None:
             raise ArgumentError(why)
@@ -184,6 +184,8 @@ class StorageKernel:
         # sizes of index variables given by name (a pooling window's, which no operand has)
         # or by a window of a mode (B(i(0,5)): 5), with where each comes from
         self.extents = {IndexVar(n): int(e) for n, e in (extents or {}).items()}
+        # (a variable bound twice was renamed in one reduction: the extent is both's)
+        self.extents.update({new: self.extents[old] for new, old in renamed.items() if old in self.extents})
         self.extent_where = {v: "extents" for v in self.extents}
         for eq in self.equations:
             if eq.window is not None:
