@@ -194,6 +194,16 @@ def script_parser(doc: str, repeat: int) -> argparse.ArgumentParser:
     return parser
 
 
+def command_line(script: str, argv: Sequence[str] | None) -> str:
+    """The command that ran ``script`` (a path under benchmarks/) with ``argv`` (the
+    command line's arguments when None), in backticks for a report."""
+    import shlex
+    import sys
+
+    args = shlex.join(sys.argv[1:] if argv is None else argv)
+    return f"`python benchmarks/{Path(script).name}{' ' + args if args else ''}`"
+
+
 def write_report(directory: Path, name: str, lines: Sequence[str]) -> None:
     """Write the markdown ``lines`` to ``directory/name`` (made if needed) and say where."""
     directory.mkdir(parents=True, exist_ok=True)

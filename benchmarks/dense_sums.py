@@ -15,9 +15,8 @@ calls after warm-up, round-robin (``_common.bench_group``). Results go to
 from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
-from _common import bench_group, close_to, machine_info, markdown_table, ratio, script_parser, write_report
+from _common import bench_group, close_to, command_line, machine_info, markdown_table, ratio, script_parser, write_report
 
-import shlex
 import sys
 
 import numpy as np
@@ -77,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         print(rows[-1], flush=True)
     text = [
         "# Sums into a dense result: merged or one term at a time", "",
-        f"`python benchmarks/dense_sums.py {shlex.join(sys.argv[1:] if argv is None else argv)}`".replace(" `", "`"),
+        command_line(__file__, argv),
         "", "`a = B0 + B1 + ...` into a dense `a`, random patterns (or one shared pattern); medians in ms, "
             "one thread, every result checked first. coiter's default adds the terms one at a time from "
             f"{concretize.SCATTERED_SUM_CASES} merged cases on: a three-way union, or two-way unions at two "

@@ -15,11 +15,10 @@ case, and faster than pydata/sparse on every sparse case. Results go to
 from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
-from _common import DEFAULT_DATA, REPO_ROOT, Skipped, Timing, bench_group, close_to, machine_info, \
+from _common import DEFAULT_DATA, REPO_ROOT, Skipped, Timing, bench_group, close_to, command_line, machine_info, \
     markdown_table, ratio, write_report
 
 import argparse
-import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     text = [
         "# einsum plans", "",
-        f"`python benchmarks/einsum.py {shlex.join(sys.argv[1:] if argv is None else argv)}`".replace(" `", "`"),
+        command_line(__file__, argv),
         "", "Medians of calls after warm-up, one thread, every result checked first. coiter is "
         "called as users call it, `coiter.einsum(subscripts, *operands)`, which plans on the "
         "first call and reuses the plan after (plans are cached by the operands' kinds, shapes "

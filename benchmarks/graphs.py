@@ -21,10 +21,12 @@ Times are medians of ``--repeat`` whole runs (every step) after a warm-up run. R
 from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
-from _common import DEFAULT_DATA, REPO_ROOT, Skipped, bench_group, machine_info, markdown_table, ratio, write_report
+from _common import (
+    DEFAULT_DATA, REPO_ROOT, Skipped, bench_group, command_line, machine_info, markdown_table, ratio,
+    write_report,
+)
 
 import argparse
-import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                "system / coiter"]
     info = machine_info()
     text = ["# Graph algorithms as semiring products", "",
-            f"`python benchmarks/graphs.py {shlex.join(sys.argv[1:] if argv is None else argv)}`".replace(" `", "`"),
+            command_line(__file__, argv),
             "", "Medians of whole runs (every step), one thread, each result checked against "
             "scipy.sparse.csgraph first; system / coiter above 1 means coiter is faster. "
             "coiter and 'GraphBLAS, same steps' relax every edge at each step (a pull over "

@@ -13,9 +13,8 @@ of ``--repeat`` calls after warm-up, round-robin (``_common.bench_group``). Resu
 from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
-from _common import bench_group, close_to, machine_info, markdown_table, ratio, script_parser, write_report
+from _common import bench_group, close_to, command_line, machine_info, markdown_table, ratio, script_parser, write_report
 
-import shlex
 import sys
 
 import numpy as np
@@ -55,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print(rows[-1], flush=True)
     text = [
         "# mergeby: two-finger and galloping intersections", "",
-        f"`python benchmarks/mergeby.py {shlex.join(sys.argv[1:] if argv is None else argv)}`".replace(" `", "`"),
+        command_line(__file__, argv),
         "", f"`x = a(i) * b(i)`, vectors of {N:,} coordinates, `b` with about half of them stored; "
             "medians in ms, one thread, every result checked first.", "",
         markdown_table(["entries of a", "entries of b", "TwoFinger ms", "Gallop ms", "SciPy ms",

@@ -16,10 +16,9 @@ fresh cache. Results go to ``<out>/sparse-sums.md``. Nothing here asserts a time
 from __future__ import annotations
 
 # _common first: it pins every threading runtime to one thread before NumPy loads
-from _common import bench_group, machine_info, markdown_table, ratio, script_parser, write_report
+from _common import bench_group, command_line, machine_info, markdown_table, ratio, script_parser, write_report
 
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             print(rows[-1], flush=True)
     text = [
         "# Sums of many sparse operands: a chain of three-way sums", "",
-        f"`python benchmarks/sparse_sums.py {shlex.join(sys.argv[1:] if argv is None else argv)}`".replace(" `", "`"),
+        command_line(__file__, argv),
         "", "`A = B0 + B1 + ...` in CSR; medians in ms, one thread, every result checked (bit for bit) "
             "against SciPy's left-to-right sum first. \"chain\" is `coiter.evaluate` (from "
             f"{MIN_TERMS} terms, on operands of {MIN_ENTRIES} entries or more as these, a chain of "
