@@ -559,3 +559,17 @@ def test_deferred_expressions_pickle() -> None:
         assert isinstance(copy, Lazy) and copy.shape == expr.shape
         np.testing.assert_allclose(np.asarray(copy.to_numpy()), ref)
         np.testing.assert_allclose(np.asarray(expr.to_numpy()), ref)
+
+
+def test_a_product_of_bool_matrices_is_bool_inside_arithmetic() -> None:
+    """Regression (chain fuzzer seed 589): NumPy's product of bool matrices is an "or" of
+    "and"s; fused into 3 * (P @ Q) or (P @ Q) + 1 the kernel summed the products in int64,
+    counting them (6 where NumPy has 3)."""
+    rng = np.random.default_rng(61)
+    p, q = rng.random((4, 5)) < 0.6, rng.random((5, 3)) < 0.6
+    P, Q = coiter.Tensor.from_numpy(p, format="csr"), coiter.Tensor.from_numpy(q, format="dense")
+    for got, expected in [(P @ Q, p @ q), (3 * (P @ Q), 3 * (p @ q)), ((P @ Q) + 1, (p @ q) + 1),
+                          (2 * (P @ P.T), 2 * (p @ p.T)), ((P @ Q) * 1.5, (p @ q) * 1.5)]:
+        out = got.to_numpy()
+        assert out.dtype == expected.dtype
+        np.testing.assert_array_equal(out, expected)

@@ -666,7 +666,10 @@ def _matmul_now(x: Any, y: Any) -> Lazy:
     # b's other axes get fresh variables: b may share a's (a transpose of a)
     rest = tuple(_var() for _ in b._free[1:])
     right = _rebase(b, (k, *rest))
-    return Lazy(Reduction(k, Mul(left, right)), a._free[:-1] + rest, shape,
+    # NumPy's product of bool matrices is bool, an "or" of "and"s: a sum would count them
+    # once an enclosing expression computes in numbers (3 * (P @ Q))
+    op = "any" if a.dtype == np.bool_ and b.dtype == np.bool_ else "sum"
+    return Lazy(Reduction(k, Mul(left, right), op), a._free[:-1] + rest, shape,
                 {**a._operands, **b._operands}, a._sparse and b._sparse)
 
 
