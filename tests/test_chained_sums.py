@@ -224,3 +224,25 @@ def test_the_written_order_is_kept(kernel_sums: list[int]) -> None:
     got = coiter.evaluate("A(i,j) = -(B0(i,j) + B1(i,j) - B2(i,j) + B3(i,j) + B4(i,j) + B5(i,j))", **S)
     np.testing.assert_array_equal(got.to_numpy(), -(v[0] + v[1] - v[2] + v[3] + v[4] + v[5]))
     assert len(kernel_sums) > 2 and max(kernel_sums[1:]) <= STEP_TERMS
+
+
+@pytest.mark.parametrize("dtypes", [("int8",) * 6, ("int8",) * 5 + ("float64",),
+                                    ("float32",) * 3 + ("float64",) * 3])
+def test_every_term_is_added_in_the_result_type(dtypes: tuple[str, ...], kernel_sums: list[int]) -> None:
+    """Regression: a chain whose first step held only int8 terms added them in int8 (wrapping
+    at 100 + 100 + 100) where the one kernel adds everything in the sum's type, float64.
+    Such a sum stays one kernel; terms of one type chain, wrapping as the one kernel does."""
+    rng = np.random.default_rng(8)
+    values = [np.where(rng.random((M, N)) < 0.4, 100, 0).astype(t) for t in dtypes]
+    values[-1] = values[-1] + np.asarray(0.5 if values[-1].dtype.kind == "f" else 1, values[-1].dtype) \
+        * (values[-1] != 0)
+    ops = {f"B{k}": coiter.Tensor.from_numpy(v, format="csr") for k, v in enumerate(values)}
+    got = coiter.evaluate("A(i,j) = " + " + ".join(f"B{k}(i,j)" for k in range(len(values))), **ops)
+    whole = np.result_type(*values)
+    expected = values[0].astype(whole)
+    for v in values[1:]:
+        expected = expected + v.astype(whole)
+    assert got.dtype == whole
+    np.testing.assert_array_equal(got.to_numpy(), expected)
+    chained = len(set(dtypes)) == 1
+    assert (max(kernel_sums) <= STEP_TERMS) == chained

@@ -13,6 +13,7 @@ from .formats.format import Format, FormatLike, as_format, csf, csr, dense
 from .formats.storage import Storage, check_fill, fill_key
 from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
 from .notation.einsum import parse_einsum
+from .notation.functions import computation_dtype
 from .notation import operators
 from .notation.index_sets import split_index_sets
 from .notation.parser import parse
@@ -365,7 +366,7 @@ def _result_format(a: Assignment, tensors: Mapping[str, Tensor], out_format: For
 
 class SumChain:
     """A wide sum of sparse operands as a chain of kernels (:mod:`coiter.planning.sums`),
-    made for one spelling of the sum and its operands' formats and fill values."""
+    made for one spelling of the sum and its operands' formats, types and fill values."""
 
     def __init__(self, a: Assignment, steps: list[Assignment], out: Format, signature: tuple) -> None:
         self.result = a.lhs
@@ -416,8 +417,9 @@ class SumChain:
 
 
 def _signature(tensors: Mapping[str, Tensor]) -> tuple:
-    """What a chain's kernels were chosen for: the operands' formats and fill values."""
-    return tuple(sorted((n, t.format, fill_key(t.fill_value)) for n, t in tensors.items()))
+    """What a chain was chosen for: the operands' formats, value types and fill values."""
+    return tuple(sorted(((n, t.format, t.dtype.str, fill_key(t.fill_value)) for n, t in tensors.items()),
+                        key=lambda x: x[0]))
 
 
 def sum_chain_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
@@ -441,7 +443,16 @@ def sum_chain_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: Form
         return sum(tensors[n].nnz for n in dict.fromkeys(x.tensor for x in accesses(a.rhs)))
 
     steps = sum_chain(a, lambda n: n in tensors and not tensors[n].format.is_dense, entries, fresh)
-    return None if steps is None else SumChain(a, steps, out, _signature(tensors))
+    if steps is None:
+        return None
+    # one kernel computes every term in the result's type: so must each step (a first step
+    # of int8 terms before a float64 one would wrap where the sum does not)
+    dtypes = {n: t.dtype for n, t in tensors.items()}
+    whole = computation_dtype(a.rhs, dtypes, np.dtype(np.float64))
+    dtypes.update((step.lhs.tensor, whole) for step in steps)
+    if any(computation_dtype(step.rhs, dtypes, whole) != whole for step in steps):
+        return None
+    return SumChain(a, steps, out, _signature(tensors))
 
 
 def run_chained_sum(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,
@@ -460,8 +471,8 @@ def run_chained_sum(a: Assignment, tensors: Mapping[str, Tensor], out_format: Fo
 
 
 def call_chained(key: tuple, operands: Mapping[str, Any]) -> Tensor | None:
-    """The result of the chain remembered under ``key`` when the operands have the formats
-    and fill values it was made for; None otherwise."""
+    """The result of the chain remembered under ``key`` when the operands have the formats,
+    types and fill values it was made for; None otherwise."""
     chain = _chains.get(key)
     if chain is None or len(operands) != len(chain.signature):
         return None
