@@ -3,7 +3,8 @@ densified operands: any value type, any format the differential fuzzer draws, sh
 empty modes, NaN and infinities, every operator, function and reduction the expressions
 offer, reductions along an axis that the chain goes on from, the chain combined with itself
 or its own transpose (which share index variables), and with a reduction broadcast against
-it (of a new operand, or of the chain itself beside its transpose). Each chain is drawn from one seed (hypothesis draws the seeds), so a failure
+it (of a new operand, or of the chain itself beside its transpose), and sums of many operands
+(which run as chains of narrow sums where they are sparse). Each chain is drawn from one seed (hypothesis draws the seeds), so a failure
 names the seed that rebuilds it: ``chain(seed)``.
 
 Where coiter documents another answer than NumPy's, the comparison follows the
@@ -89,8 +90,8 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
     value, ref = _leaf(rng, shape, str(rng.choice(DTYPES)))
     steps = [f"{ref.dtype} {value.format.to_string()} {shape}"]
     for _ in range(int(rng.integers(1, 5))):
-        kind = rng.choice(["binary", "unary", "matmul", "reduce", "itself", "broadcast"],
-                          p=[0.35, 0.25, 0.1, 0.1, 0.1, 0.1])
+        kind = rng.choice(["binary", "unary", "matmul", "reduce", "itself", "broadcast", "many"],
+                          p=[0.3, 0.25, 0.1, 0.1, 0.1, 0.1, 0.05])
         if kind == "binary":
             op = str(rng.choice(sorted(BINARY)))
             if not _allowed(op, ref.dtype):
@@ -138,6 +139,17 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
             value, ref = getattr(value, op)(axis), np.asarray(getattr(ref, op)(axis=axis))
             if ref.ndim == 0:
                 break
+        elif kind == "many" and len(steps) == 1:
+            # the first operand and many more of its type summed, which ends the chain: sparse
+            # ones run as a chain of narrow sums (coiter.planning.sums), added left to right as
+            # NumPy does (inside a larger expression a wide sum is one kernel merging them all,
+            # which takes seconds to compile)
+            signs = [bool(rng.random() < 0.4) and _allowed("-", ref.dtype) for _ in range(int(rng.integers(5, 8)))]
+            others = [_leaf(rng, ref.shape, str(ref.dtype)) for _ in signs]
+            steps.append(" ".join(f"{'-' if neg else '+'} {o.format.to_string()}" for neg, (o, _) in zip(signs, others)))
+            for neg, (other, other_ref) in zip(signs, others):
+                value, ref = (value - other, ref - other_ref) if neg else (value + other, ref + other_ref)
+            break
         elif kind == "broadcast" and ref.ndim >= 1 and _widens_exactly(ref.dtype):
             # the chain and a reduction broadcast against it: of a new operand, or (a matrix)
             # of the chain itself beside its transpose, which share index variables

@@ -1,6 +1,7 @@
 """The user-facing entry points: compile, evaluate, einsum."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -11,9 +12,9 @@ from .concrete.stmt import ConcreteProgram
 from .errors import ArgumentError, FormatError, ShapeError
 from .formats.format import Format, FormatLike, as_format, csf, csr, dense
 from .formats.storage import Storage, check_fill, fill_key
-from .notation.ast import Access, Add, Assignment, Expr, accesses, map_accesses
+from .notation.ast import Access, Add, Assignment, Call, Expr, Neg, Sub, accesses, map_accesses, walk
 from .notation.einsum import parse_einsum
-from .notation.functions import computation_dtype
+from .notation.functions import CASTS, computation_dtype
 from .notation import operators
 from .notation.index_sets import split_index_sets
 from .notation.parser import parse
@@ -442,17 +443,34 @@ def sum_chain_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: Form
     def entries() -> int:
         return sum(tensors[n].nnz for n in dict.fromkeys(x.tensor for x in accesses(a.rhs)))
 
+    dtypes = {n: t.dtype for n, t in tensors.items()}
+    whole = computation_dtype(a.rhs, dtypes, np.dtype(np.float64))
+    if whole == np.bool_ and any(isinstance(x, (Sub, Neg)) for x in walk(a.rhs)):
+        # a step stores its bool, where one kernel goes on adding 0/1 values: 1 - 1 + 1 is
+        # true, (1 - 1) stored and + 0 false; integers wrap alike either way, bools do not
+        return None
+    a = Assignment(a.lhs, _without_idle_casts(a.rhs, dtypes), a.accumulate)
     steps = sum_chain(a, lambda n: n in tensors and not tensors[n].format.is_dense, entries, fresh)
     if steps is None:
         return None
     # one kernel computes every term in the result's type: so must each step (a first step
     # of int8 terms before a float64 one would wrap where the sum does not)
-    dtypes = {n: t.dtype for n, t in tensors.items()}
-    whole = computation_dtype(a.rhs, dtypes, np.dtype(np.float64))
     dtypes.update((step.lhs.tensor, whole) for step in steps)
     if any(computation_dtype(step.rhs, dtypes, whole) != whole for step in steps):
         return None
     return SumChain(a, steps, out, _signature(tensors))
+
+
+def _without_idle_casts(e: Expr, dtypes: Mapping[str, np.dtype]) -> Expr:
+    """``e`` without the casts along its sum's left operands that cast to the type their
+    argument has: the operators write a sum of bools ``bool(bool(A + B) + C)``, as NumPy's
+    bool addition is an "or", and a sum computed in bool is one already."""
+    if isinstance(e, Call) and e.fn in CASTS and len(e.args) == 1 and (
+            computation_dtype(e.args[0], dtypes, np.dtype(np.float64)) == np.dtype(e.fn)):
+        return _without_idle_casts(e.args[0], dtypes)
+    if isinstance(e, (Add, Sub)):
+        return replace(e, a=_without_idle_casts(e.a, dtypes))
+    return e
 
 
 def run_chained_sum(a: Assignment, tensors: Mapping[str, Tensor], out_format: FormatLike | None,

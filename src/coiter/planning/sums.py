@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..notation.ast import (
-    Access, Add, Assignment, Expr, IndexVar, Literal, Mul, Neg, Sub, walk,
-)
+from ..notation.ast import Access, Add, Assignment, Expr, IndexVar, Neg, Reduction, Sub, walk
 
 # Sums of this many sparse terms or more are chained (four merged in one kernel ran at 2.06
 # ms where the chain took 1.44, CSR 2000 x 2000 at 1%, one thread) ...
@@ -52,16 +50,18 @@ def _terms(e: Expr) -> list[tuple[bool, Expr]]:
 
 
 def _plain_term(term: Expr, result_vars: tuple[IndexVar, ...], sparse: Callable[[str], bool]) -> bool:
-    """Whether ``term`` is a product of scalars and sparse operands each read by the result's
-    index variables in the result's order: then it can be added on its own into a temporary
-    shaped like the result, it holds no sum over a variable other terms would share, and a
-    step merges its terms row by row (a transposed operand's term would make each step's
-    merge a large one: 6859 cases for three terms of a 3-tensor)."""
+    """Whether ``term`` can be added on its own into a temporary shaped like the result: it
+    holds no reduction (whose variable another term could share), and every operand it reads
+    is sparse and read by the result's index variables, in the result's order or, for a
+    matrix, transposed (a step over three terms of a 3-tensor read in other orders merges
+    6859 cases; over matrices one transposed term compiles in about a second)."""
+    matrix = len(result_vars) == 2
     for node in walk(term):
-        if isinstance(node, Access):
-            if node.indices != result_vars or not sparse(node.tensor):
-                return False
-        elif not isinstance(node, (Mul, Neg, Literal)):
+        if isinstance(node, Reduction):
+            return False
+        if isinstance(node, Access) and (not sparse(node.tensor) or (
+                node.indices != result_vars
+                and not (matrix and node.indices == result_vars[::-1]))):
             return False
     return True
 
@@ -77,9 +77,9 @@ def sum_chain(a: Assignment, sparse: Callable[[str], bool], entries: Callable[[]
               fresh: Callable[[], str]) -> list[Assignment] | None:
     """``a`` as a chain of assignments, each adding at most ``STEP_TERMS`` terms (the
     previous step's result counting as one), the last one assigning ``a``'s result; None
-    unless ``a`` assigns (not ``+=``) a sum of at least ``MIN_TERMS`` terms that each
-    multiply only scalars and operands for which ``sparse(name)`` holds, each read as the
-    result is (``B(i,j)`` in a sum into ``A(i,j)``); and unless the terms are
+    unless ``a`` assigns (not ``+=``) a sum of at least ``MIN_TERMS`` terms, each an
+    element-wise expression of operands for which ``sparse(name)`` holds, read as the result
+    is (``B(i,j)`` in a sum into ``A(i,j)``) or transposed into a matrix; and unless the terms are
     ``ALWAYS_TERMS`` or more or their operands store ``MIN_ENTRIES`` entries in all
     (``entries()``). The caller decides that the result is sparse. ``fresh()`` names each
     temporary (a name no operand has)."""
