@@ -4,9 +4,9 @@ One kernel for ``R(i,j) = A(i,j) + B(i,j) + ... `` of ``n`` sparse terms into a 
 merges them all at once: up to ``2**n`` lattice points per loop, each with a case per
 sub-point, which the C compiler takes seconds to compile from six terms on (nine terms: 16
 to 39 s) and whose branches on which terms hold a coordinate run slower than SciPy adding
-the terms two at a time (seven CSR terms of 2000 x 2000 at 1%: 11.8 ms against 6.3, and 5.6
+the terms two at a time (seven CSR terms of 2000 x 2000 at 1%: 11.3 ms against 5.6, and 4.9
 s to compile). Three terms at a time compile fast and take the branch-free union of three
-runs (``lower/unions.py``): 4.4 ms for those seven (docs/performance.md, "Sums of many
+runs (``lower/unions.py``): 4.1 ms for those seven (docs/performance.md, "Sums of many
 sparse operands").
 
 :func:`sum_chain` splits such a sum into a left fold: ``t1 + t2 + t3`` into a temporary,
@@ -21,8 +21,8 @@ from typing import Callable
 
 from ..notation.ast import Access, Add, Assignment, Expr, IndexVar, Neg, Reduction, Sub, walk
 
-# Sums of this many sparse terms or more are chained (four merged in one kernel ran at 2.06
-# ms where the chain took 1.44, CSR 2000 x 2000 at 1%, one thread) ...
+# Sums of this many sparse terms or more are chained (four merged in one kernel ran at 2.01
+# ms where the chain took 1.34, CSR 2000 x 2000 at 1%, one thread) ...
 MIN_TERMS = 4
 # ... where their operands store this many entries in all: each step costs some 25 us more
 # than its kernel (a fresh temporary as the next step's operand), which small sums do not
@@ -31,7 +31,7 @@ MIN_TERMS = 4
 # 140) ...
 MIN_ENTRIES = 1 << 13
 # ... and from this many terms whatever their size: the merged kernel takes seconds to
-# compile (3.6 s for six CSR terms, 5.6 s for seven)
+# compile (3.2 s for six CSR terms, 4.9 s for seven)
 ALWAYS_TERMS = 6
 # terms per step: the first step adds this many, later ones the running sum and one fewer
 STEP_TERMS = 3
