@@ -431,7 +431,8 @@ def sum_chain_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: Form
     if not all(n in tensors for n in _orders(a) if n != a.lhs.tensor):
         return None  # the kernel's call names what is missing
     out = _result_format(a, tensors, out_format)
-    if out.is_dense or any(t.fill_value != 0 for t in tensors.values()):
+    if (out.is_dense or any(t.fill_value != 0 for t in tensors.values())
+            or not isinstance(a.rhs, (Add, Sub, Neg, Call))):  # (a sum, or a cast of one)
         return None
     taken = set(tensors) | {a.lhs.tensor}
 

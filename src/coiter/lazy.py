@@ -416,7 +416,8 @@ class Lazy(ArrayMethods):
 
     def kernel(self, format: Any = None) -> Any:
         """The compiled kernel that computes this expression (compiled once per expression
-        shape, formats and dtypes, then cached)."""
+        shape, formats and dtypes, then cached); for a wide sum of sparse operands, which
+        :meth:`evaluate` runs as a chain of narrow sums, the one kernel of the whole sum."""
         a, tensors, out = self._prepared(format)
         return api.kernel_for(a, tensors, out)
 
