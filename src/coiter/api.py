@@ -427,7 +427,6 @@ def sum_chain_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: Form
                   ) -> SumChain | None:
     """The chain of narrow sums that computes ``a`` when it is a wide sum of sparse operands
     (no fill values but zero) into a sparse result; None otherwise (one kernel computes it)."""
-    _check_operands(a, tensors)
     if not all(n in tensors for n in _orders(a) if n != a.lhs.tensor):
         return None  # the kernel's call names what is missing
     out = _result_format(a, tensors, out_format)
@@ -459,6 +458,8 @@ def sum_chain_for(a: Assignment, tensors: Mapping[str, Tensor], out_format: Form
     dtypes.update((step.lhs.tensor, whole) for step in steps)
     if any(computation_dtype(step.rhs, dtypes, whole) != whole for step in steps):
         return None
+    # (checked here, not first: where no chain is made, kernel_for checks the operands)
+    _check_operands(a, tensors)
     return SumChain(a, steps, out, _signature(tensors))
 
 
