@@ -20,7 +20,9 @@ CFLAGS = {"native": DEFAULT_CFLAGS + _HELPERS,
           # slow gathers: the short-run helper reads whole runs with plain loads (where the
           # processor has AVX2, as this project's machines do; the loop elsewhere)
           # (however few runs: COITER_SHORT_RUNS_BITS)
-          "plain-loads": DEFAULT_CFLAGS + " -DCOITER_FAST_GATHER=0 -DCOITER_SHORT_RUNS_BITS=0"}
+          "plain-loads": DEFAULT_CFLAGS + " -DCOITER_FAST_GATHER=0 -DCOITER_SHORT_RUNS_BITS=0",
+          # dense result rows stored by streaming stores however small the result
+          "streaming": DEFAULT_CFLAGS + " -DCOITER_STREAM_MIN_BYTES=0"}
 
 
 @contextmanager

@@ -12,7 +12,7 @@ import coiter
 from coiter.ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, IRExpr, Load, Var
 from coiter.ir.visit import walk
 from coiter.lower.dense_rows import ROW_BLOCK_BYTES, block_dense_rows
-from helpers import csr_with_lengths, generated_functions, random_array, tensor
+from helpers import cflags, csr_with_lengths, generated_functions, random_array, tensor
 
 # row lengths: none whole (7), one block of doubles (16), a block and a tail (17), blocks of
 # floats (32), three blocks of doubles with a tail (50); past 64 the extent is a run-time value
@@ -80,6 +80,52 @@ def test_mttkrp_rows_start_from_what_earlier_fibers_added(rank: int, threads: in
     k = coiter.compile("A(i,l) = B(i,j,k) * C(j,l) * D(k,l)", formats={"B": coiter.csf(3)})
     got = k(B=tensor(b, coiter.csf(3)), C=c, D=d, threads=threads).to_numpy()
     np.testing.assert_allclose(got, np.einsum("ijk,jl,kl->il", b, c, d), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_streamed_rows_equal_sums_in_position_order_bit_for_bit(dtype: str, threads: int) -> None:
+    # COITER_STREAM_MIN_BYTES=0: every result whose rows are whole blocks streams; the
+    # others (rank 7, 17, 50, 70) take the plain stores
+    rng = np.random.default_rng(5)
+    a = csr_with_lengths(rng, [0, 1, 3, 9, 40, 2, 0, 17] * 40, 60, np.int32)
+    a = sp.csr_array((a.data.astype(dtype), a.indices, a.indptr), shape=a.shape)
+    with cflags("streaming"):
+        k = coiter.compile(SPMM, formats={"A": coiter.csr})
+        for rank in RANKS:
+            b = (rng.standard_normal((60, rank)) * 10.0 ** rng.uniform(-6, 6, (60, rank))).astype(dtype)
+            got = k(A=coiter.Tensor.from_scipy(a), B=b, threads=threads).to_numpy()
+            np.testing.assert_array_equal(got, rows_in_order(a, b), err_msg=f"rank {rank}")
+    source = "".join(v.source for v in k.core.variants())
+    assert f"coiter_stream_{'double' if dtype == 'float64' else 'float'}(C_vals" in source
+
+
+@pytest.mark.parametrize("rank", [16, 17, 48])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_streamed_ttm_rows(rank: int, threads: int) -> None:
+    rng = np.random.default_rng(30 + rank)
+    b, c = random_array(rng, (30, 20, 9), 0.2), rng.standard_normal((9, rank))
+    with cflags("streaming"):
+        k = coiter.compile("A(i,j,l) = B(i,j,k) * C(k,l)", formats={"B": coiter.csf(3), "A": "ssd"})
+        got = k(B=tensor(b, coiter.csf(3)), C=c, threads=threads).to_numpy()
+    np.testing.assert_allclose(got, np.einsum("ijk,kl->ijl", b, c), rtol=1e-12, atol=1e-12)
+
+
+def test_streaming_is_decided_once_and_the_loop_compiled_once_per_copy() -> None:
+    # the parallel loop and its serial copy share one flag and one chunk function, whose
+    # streamed and plain copies of the blocked loop sit under the flag
+    k = coiter.compile("A(i,j,l) = B(i,j,k) * C(k,l)", formats={"B": coiter.csf(3), "A": "ssd"})
+    code = generated_functions(k.source)
+    assert code.count("= coiter_streams(A_vals, ") == 1
+    assert code.count("coiter_stream_double(A_vals, ") == 1
+    assert code.count("coiter_stream_fence(A_vals_stream);") == 1
+    assert "_chunk1" not in code
+
+
+def test_rows_that_start_from_the_result_do_not_stream() -> None:
+    # MTTKRP adds every fiber of a slice into one row: the row is read, so it is not streamed
+    k = coiter.compile("A(i,l) = B(i,j,k) * C(j,l) * D(k,l)", formats={"B": coiter.csf(3)})
+    assert "coiter_stream" not in generated_functions(k.source)
 
 
 def _row_sum_loop(value: Load | Bin, n: IRExpr = Var("n")) -> For:

@@ -20,14 +20,21 @@ so results are the same bit for bit.
 In a C harness at one thread (rank 16, ms, loop -> blocked; warm caches / flushed caches):
 TTM on jf17k-3ary 0.151 -> 0.047 / 0.40 -> 0.17, on wn18rr 0.67 -> 0.42 / 1.97 -> 0.79, on
 fb15k-237 2.60 -> 1.29 / 2.80 -> 1.26.
+
+A loop whose every iteration zeroes its own row and then sums into it writes the row without
+reading it. Where the kernel's parameters give the loop's extent and the row's length, its
+blocked loop has a second copy that stores each block by the C prelude's streaming stores
+(``coiter_stream_*``), past the caches; a flag computed once per call before the loops
+(``coiter_streams``: whether the whole result is large) picks the copy. The C prelude says
+when streaming pays and what it saves.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..ir.nodes import (
-    ZEROED, Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Load, Var, add, block,
-    fresh, mul,
+    ZEROED, Assign, Bin, Block, Call, Const, Decl, ExprStmt, For, If, IRExpr, IRStmt, Load, Var,
+    add, block, fresh, mul, sub,
 )
 from ..ir.rewrite import map_loops
 from ..ir.visit import declared, names, subexprs, substitute, used
@@ -38,25 +45,54 @@ ELEMENT_BYTES = {"double": 8, "float": 4}  # result types whose sums vectorize
 RowSums = tuple[str, IRExpr, IRExpr, Assign, int]
 
 
-def block_dense_rows(s: IRStmt, results: dict[str, str]) -> IRStmt:
+def block_dense_rows(s: IRStmt, results: dict[str, str],
+                     params: frozenset[str] = frozenset()) -> IRStmt:
     """``s`` with every loop over positions that adds into a dense row of a result array in
-    ``results`` (its element type) blocked by :data:`ROW_BLOCK_BYTES`."""
+    ``results`` (its element type) blocked by :data:`ROW_BLOCK_BYTES`; the rows of a loop
+    whose extent and row length ``params`` (the kernel's parameters) give may stream, decided
+    at the start of ``s`` (see the module's docstring)."""
     taken = declared(s, regions=True) | used(s, regions=True)
+    flags: dict[IRExpr, str] = {}  # whether a loop streams -> the variable that says so
 
     def rewrite(loop: For, _: dict[str, str]) -> IRStmt | None:
         sums = _row_sums(loop, results)
         if sums is not None:
             return _blocked(loop, sums, results, taken, zeroed=False)
-        body = map_loops(_zeroed_rows(loop.body, results, taken), rewrite)
+        body = map_loops(_zeroed_rows(loop, results, taken, params, flags), rewrite)
         return replace(loop, body=body)
 
-    return map_loops(s, rewrite)
+    out = map_loops(s, rewrite)
+    if not flags:
+        return out
+    return block([Decl("int", name, cond) for cond, name in flags.items()], out,
+                 [ExprStmt(Call("coiter_stream_fence", (Var(name),))) for name in flags.values()])
 
 
-def _zeroed_rows(body: Block, results: dict[str, str], taken: set[str]) -> Block:
-    """``body`` with each row-sum loop whose row an earlier statement of ``body`` zeroes, with
-    nothing between reading the row, blocked from zero, and the zeroing left to the columns
-    past the last whole block."""
+def _stream_flag(loop: For, sums: RowSums, results: dict[str, str], params: frozenset[str],
+                 taken: set[str], flags: dict[IRExpr, str]) -> Var | None:
+    """The variable that says whether ``loop``, which writes a row of :func:`_row_sums`
+    ``sums`` in each iteration, streams its rows; None where the kernel's parameters do not
+    give its extent and the row's length, or rows of a known length are not whole blocks.
+    Copies of a loop (its parallel and serial copies)
+    share one."""
+    vals, _, n, _, width = sums
+    if loop.start is None or not names(loop.start) | names(loop.end) | names(n) <= params \
+            or isinstance(n, Const) and n.value % width:
+        return None  # (coiter_streams would say no to rows that are not whole blocks)
+    cond = Call("coiter_streams", (Var(vals), sub(loop.end, loop.start), n,
+                                   Const(ELEMENT_BYTES[results[vals]]), Const(width)))
+    if cond not in flags:
+        flags[cond] = fresh(f"{vals}_stream", taken)
+    return Var(flags[cond])
+
+
+def _zeroed_rows(loop: For, results: dict[str, str], taken: set[str], params: frozenset[str],
+                 flags: dict[IRExpr, str]) -> Block:
+    """The body of ``loop`` with each row-sum loop whose row an earlier statement of the body
+    zeroes, with nothing between reading the row, blocked from zero (its rows streaming
+    where :func:`_stream_flag` gives a flag), and the zeroing left to the columns past the
+    last whole block."""
+    body = loop.body
     stmts: list[IRStmt | None] = list(body.stmts)
     for i, zero in enumerate(body.stmts):
         fill = _zero_fill(zero)
@@ -68,7 +104,8 @@ def _zeroed_rows(body: Block, results: dict[str, str], taken: set[str]) -> Block
             if sums is not None and sums[:3] == fill:
                 start = _whole_blocks(sums[2], sums[4])
                 stmts[i] = None if start == sums[2] else replace(zero, start=start)
-                stmts[j] = _blocked(x, sums, results, taken, zeroed=True)
+                stream = _stream_flag(loop, sums, results, params, taken, flags)
+                stmts[j] = _blocked(x, sums, results, taken, zeroed=True, stream=stream)
                 break
             if fill[0] in used(x, regions=True):
                 break
@@ -142,10 +179,12 @@ def _row_sums(loop: For, results: dict[str, str]) -> RowSums | None:
 
 
 def _blocked(loop: For, sums: RowSums, results: dict[str, str], taken: set[str],
-             zeroed: bool) -> IRStmt:
+             zeroed: bool, stream: Var | None = None) -> IRStmt:
     """A row-sum loop and its :func:`_row_sums` by blocks of columns summed in a local array, which
-    starts from zero where the row was ``zeroed`` before the loop, else from the row; then
-    the loop as it was over the columns past the last whole block."""
+    starts from zero where the row was ``zeroed`` before the loop, else from the row, and
+    is stored in the row, by the prelude's streaming stores where ``stream`` says so (the
+    loop is copied: one copy streams, the other does not); then the loop as it was over the
+    columns past the last whole block."""
     vals, base, n, update, width = sums
     *prefix, row = loop.body.stmts
     # the same names in every copy of a loop: a parallel loop and its serial copy stay alike
@@ -158,14 +197,22 @@ def _blocked(loop: For, sums: RowSums, results: dict[str, str], taken: set[str],
 
     entry, local = Load(vals, add(base, col)), Load(acc, Var(row.var))
     added = Assign(local, substitute(update.value, {row.var: col}), "+=")
-    # GCC keeps the local array in registers when it starts from zero; loading the row that
-    # a loop just zeroed instead, it shuffled lanes and ran 1.5x slower than no blocking
-    blocks = For(blk, "int64_t", Const(0), _blocks(n, width), block(
-        Decl(results[vals], f"{acc}[{width}]", ZEROED) if zeroed
-        else [Decl(results[vals], f"{acc}[{width}]"), over_block(Assign(local, entry))],
-        replace(loop, body=block(prefix, over_block(added))),
-        over_block(Assign(entry, local))))
+
+    def blocks(store: IRStmt) -> For:
+        # GCC keeps the local array in registers when it starts from zero; loading the row
+        # that a loop just zeroed instead, it shuffled lanes and ran 1.5x slower than no blocking
+        return For(blk, "int64_t", Const(0), _blocks(n, width), block(
+            Decl(results[vals], f"{acc}[{width}]", ZEROED) if zeroed
+            else [Decl(results[vals], f"{acc}[{width}]"), over_block(Assign(local, entry))],
+            replace(loop, body=block(prefix, over_block(added))),
+            store))
+
+    plain = blocks(over_block(Assign(entry, local)))
+    whole = plain if stream is None else If(stream, Block((blocks(ExprStmt(Call(
+        f"coiter_stream_{results[vals]}",
+        (Var(vals), add(base, mul(Var(blk), Const(width))), Var(acc), Const(width))))),)),
+        Block((plain,)))
     tail = replace(loop, body=block(prefix, replace(row, start=_whole_blocks(n, width))))
     if isinstance(n, Const):
-        return block(blocks, tail if n.value % width else None)
-    return block(blocks, If(Bin("!=", Bin("%", n, Const(width)), Const(0)), Block((tail,))))
+        return block(whole, tail if n.value % width else None)
+    return block(whole, If(Bin("!=", Bin("%", n, Const(width)), Const(0)), Block((tail,))))

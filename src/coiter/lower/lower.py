@@ -1926,7 +1926,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             results = {p.name: p.ctype for p in cparams if p.pointers == 1 and not p.const}
             body = split_long_sums(body, self._input_array_lengths("pos"), short_run_sums(inputs),
                                    TinyRunRows(inputs, results, self._dense_bytes()))
-            body = block_dense_rows(body, results)
+            body = block_dense_rows(body, results, frozenset(p.name for p in cparams))
             body = prefetch_far_gathers(body, self._input_array_lengths("crd"), self._dense_bytes())
         prologue += self.temp_allocs
         epilogue: list[IRStmt] = list(self.temp_frees)
