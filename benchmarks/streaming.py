@@ -1,0 +1,149 @@
+"""Large dense results stored by streaming stores against plain stores: TTM and SpMM, one
+and two threads, with the operands' caches flushed between calls and warm.
+
+    python benchmarks/streaming.py [--repeat N] [--out DIR] [--data DIR]
+
+The same kernels built twice in one process: with coiter's default C flags (a result of
+``COITER_STREAM_MIN_BYTES`` or more, by default four times a core's L2 cache, has its rows
+stored by SSE2 streaming stores: lower/dense_rows.py and the C prelude) and with
+``-DCOITER_STREAM_STORES=0`` (plain stores always). TTM ``A(i,j,l) = B(i,j,k) * C(k,l)``
+into a result over B's fibers, SpMM ``C(i,k) = A(i,j) * B(j,k)`` in CSR, rank 16. "flushed"
+reads 300 MB before every call (what the benchmark suite's one-thread round robin leaves
+behind), "warm" calls back to back; the two builds alternate call by call. Every result
+is first checked: the two builds bit for bit against each other, and against SciPy (the
+tensor's fibers as a CSR matrix). Medians of ``--repeat`` calls in ms. Kernels compile into a
+fresh cache. Results go to ``<out>/streaming.md``. Nothing here asserts a time.
+"""
+from __future__ import annotations
+
+# _common first: it pins every threading runtime to one thread before NumPy loads
+from _common import DEFAULT_DATA, command_line, machine_info, markdown_table, script_parser, write_report
+
+import os
+import sys
+import tempfile
+import time
+from statistics import median
+from typing import Callable
+
+os.environ["COITER_CACHE_DIR"] = tempfile.mkdtemp(prefix="coiter-streaming-")
+
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+import coiter  # noqa: E402
+from coiter.runtime.compiler import DEFAULT_CFLAGS  # noqa: E402
+from suite.data import random_tensor  # noqa: E402
+
+TTM = "A(i,j,l) = B(i,j,k) * C(k,l)"
+SPMM = "C(i,k) = A(i,j) * B(j,k)"
+RANK = 16
+FLUSH_BYTES = 300_000_000
+TENSORS = ("collegemsg-day", "wn18rr", "fb15k-237")  # data/tensors/<name>.tns.gz, 3-way
+MATRICES = ("cit-HepPh", "USA-road-NE")  # data/matrices/<name>.mtx.gz
+
+
+PLAIN_CFLAGS = DEFAULT_CFLAGS + " -DCOITER_STREAM_STORES=0"
+BUILDS = {"streamed": DEFAULT_CFLAGS, "plain": PLAIN_CFLAGS}
+
+
+def _builds(expr: str, formats: dict[str, object]) -> dict[str, coiter.Kernel]:
+    """Two kernels of ``expr``: "streamed" (coiter's default C flags) and "plain" (without
+    streaming). A kernel builds its variants at their first call, with the flags of that
+    moment: :func:`_first_call` makes it under the build's own."""
+    return {label: coiter.compile(expr, formats=formats) for label in BUILDS}
+
+
+def _first_call(label: str, call: Callable[[], coiter.Tensor]) -> coiter.Tensor:
+    old = os.environ.get("COITER_CFLAGS")
+    os.environ["COITER_CFLAGS"] = BUILDS[label]
+    try:
+        return call()
+    finally:
+        if old is None:
+            os.environ.pop("COITER_CFLAGS", None)
+        else:
+            os.environ["COITER_CFLAGS"] = old
+
+
+def _time(calls: dict[str, Callable[[], object]], repeat: int, flushed: bool) -> dict[str, float]:
+    """Median ms per call of each of ``calls``, alternating call by call."""
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(repeat):
+        for label, call in calls.items():
+            if flushed:
+                np.ones(FLUSH_BYTES // 8).sum()
+            t0 = time.perf_counter()
+            out = call()
+            times[label].append(time.perf_counter() - t0)
+            del out
+    return {k: median(v) * 1e3 for k, v in times.items()}
+
+
+def _case(name: str, kernel: str, calls: dict[str, Callable[[], coiter.Tensor]],
+          values_of: Callable[[coiter.Tensor], np.ndarray], reference: np.ndarray, repeat: int,
+          threads: int) -> list[object]:
+    """A table row: the builds' ``calls`` checked (``values_of`` their results against
+    ``reference``), then timed flushed and warm."""
+    values = {k: values_of(_first_call(k, c)) for k, c in calls.items()}
+    np.testing.assert_array_equal(values["streamed"], values["plain"])
+    np.testing.assert_allclose(values["streamed"], reference, rtol=1e-9, atol=1e-12)
+    flushed, warm = _time(calls, repeat, True), _time(calls, repeat, False)
+    row = [kernel, name, f"{reference.nbytes / 2**20:.1f}", threads,
+           f"{flushed['plain']:.3f}", f"{flushed['streamed']:.3f}", f"{flushed['plain'] / flushed['streamed']:.2f}",
+           f"{warm['plain']:.3f}", f"{warm['streamed']:.3f}", f"{warm['plain'] / warm['streamed']:.2f}"]
+    print(row, flush=True)
+    return row
+
+
+def _fiber_rows(t: coiter.Tensor) -> np.ndarray:
+    return np.asarray(t.storage.vals).reshape(-1, RANK)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = script_parser(__doc__, repeat=15)
+    parser.add_argument("--data", type=os.path.abspath, default=str(DEFAULT_DATA))
+    args = parser.parse_args(argv)
+    rows = []
+    ttm = _builds(TTM, {"B": coiter.csf(3), "A": "ssd"})
+    tensors = [coiter.read(os.path.join(args.data, "tensors", f"{n}.tns.gz"), format=coiter.csf(3)) for n in TENSORS]
+    generated = random_tensor(25000, 500000, skewed=False)
+    tensors.append(coiter.Tensor.from_coo(generated.coords, generated.vals, generated.shape, format=coiter.csf(3)))
+    names = [*TENSORS, generated.name]
+    for name, b in zip(names, tensors):
+        coords, vals = b.storage.to_coords()
+        c = np.random.default_rng(0).random((b.shape[2], RANK))
+        fibers, rows_of = np.unique(coords[0] * b.shape[1] + coords[1], return_inverse=True)
+        f = sp.csr_array((vals, (rows_of, coords[2])), shape=(fibers.shape[0], b.shape[2]))
+        for threads in (1, 2):
+            calls = {k: (lambda k=k: ttm[k](B=b, C=c, threads=threads)) for k in ttm}
+            # the result's values are rows over B's fibers in order (to_numpy would spread
+            # them over the tensor's whole dense shape): the fibers' product is the reference
+            rows.append(_case(name, "TTM", calls, _fiber_rows, f @ c, args.repeat, threads))
+    spmm = _builds(SPMM, {"A": coiter.csr})
+    for name in MATRICES:
+        a = coiter.read(os.path.join(args.data, "matrices", f"{name}.mtx.gz"), format=coiter.csr)
+        m = a.to_scipy()
+        b = np.random.default_rng(1).random((m.shape[1], RANK))
+        ref = m @ b
+        for threads in (1, 2):
+            calls = {k: (lambda k=k: spmm[k](A=a, B=b, threads=threads)) for k in spmm}
+            rows.append(_case(name, "SpMM", calls, lambda t: np.asarray(t.to_numpy()), ref, args.repeat, threads))
+    text = [
+        "# Large dense results: streaming stores", "",
+        command_line(__file__, argv), "",
+        f"Rank {RANK}; median ms of {args.repeat} calls per build, the builds alternating call by call; "
+        "\"plain\" is built with `-DCOITER_STREAM_STORES=0`, \"streamed\" with coiter's default flags "
+        "(rows stream from a result of `COITER_STREAM_MIN_BYTES`, by default four times a core's L2 cache). "
+        f"\"flushed\" reads {FLUSH_BYTES // 10**6} MB before each call. Every result checked first: the "
+        "builds bit for bit against each other, and against SciPy.", "",
+        markdown_table(["kernel", "input", "result MiB", "threads", "flushed: plain", "flushed: streamed",
+                        "plain / streamed", "warm: plain", "warm: streamed", "plain / streamed"], rows), "",
+        "Machine: " + "; ".join(f"{k}: {v}" for k, v in machine_info().items()), "",
+    ]
+    write_report(args.out, "streaming.md", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
