@@ -220,14 +220,31 @@ static inline int coiter_runs_unlearned(int64_t runs, int64_t stored, int64_t th
   return (double)runs * bits >= (double)COITER_SHORT_RUNS_BITS * (double)(threads > 0 ? threads : 1);
 }}
 """),
+    (('coiter_l2_bytes',), """\
+/* a core's L2 cache in bytes as glibc reports it (1 MiB where it reports none), read once */
+#include <unistd.h>
+static int64_t coiter_l2_bytes(void) {{
+  static int64_t l2_bytes;
+  int64_t b = __atomic_load_n(&l2_bytes, __ATOMIC_RELAXED);
+  if (!b) {{
+    long l2 = -1;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    b = l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20;
+    __atomic_store_n(&l2_bytes, b, __ATOMIC_RELAXED);
+  }}
+  return b;
+}}
+"""),
     (('coiter_streams', 'coiter_stream_double', 'coiter_stream_float', 'coiter_stream_fence'), """\
 /* Streaming (non-temporal) stores of a large dense result's rows (lower/dense_rows.py). A
    row stored the usual way is first read into the cache (its line is fetched to be written)
    and then evicts operand data; a result of many megabytes stays in no cache anyway. SSE2's
-   streaming stores skip the read. TTM at rank 16, 1 thread, median ms, operand caches
-   flushed between calls / warm: gen-uniform3-25000 (64 MiB result) 10.8 -> 7.8 / 5.8 -> 5.9,
-   fb15k-237 (13 MiB) 2.76 -> 2.29 / 1.38 -> 1.28; SpMM on USA-road-NE (195 MiB) 51.9 ->
-   50.1 / 48.0 -> 43.5. In a C harness with warm caches a 2.6 MiB result took 155 -> 173 us
+   streaming stores skip the read. TTM at rank 16, 1 thread, median ms, caches flushed
+   between calls / not (benchmarks/streaming.py): gen-uniform3-25000 (61 MiB result) 10.29 ->
+   6.85 / 9.61 -> 5.69, fb15k-237 (12.5 MiB) 2.70 -> 2.14 / 2.02 -> 1.46; SpMM on USA-road-NE
+   (186 MiB) 51.8 -> 50.1 / 45.3 -> 42.8. In a C harness with warm caches a 2.6 MiB result took 155 -> 173 us
    and an 8.5 MiB one 1.06 -> 1.03 ms: rows stream from COITER_STREAM_MIN_BYTES of result, by
    default four times a core's L2 cache as glibc reports it (1 MiB where it reports none).
    -DCOITER_STREAM_STORES=0 turns them off. */
@@ -241,22 +258,11 @@ static inline int coiter_runs_unlearned(int64_t runs, int64_t stored, int64_t th
 #if COITER_STREAM_STORES
 #include <emmintrin.h>
 #endif
-#include <unistd.h>
 static int64_t coiter_stream_bytes(void) {{
 #ifdef COITER_STREAM_MIN_BYTES
   return COITER_STREAM_MIN_BYTES;
 #else
-  static int64_t least;
-  int64_t b = __atomic_load_n(&least, __ATOMIC_RELAXED);
-  if (!b) {{
-    long l2 = -1;
-#ifdef _SC_LEVEL2_CACHE_SIZE
-    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-    b = 4 * (l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20);
-    __atomic_store_n(&least, b, __ATOMIC_RELAXED);
-  }}
-  return b;
+  return 4 * coiter_l2_bytes();
 #endif
 }}
 /* Whether a loop writing `rows` whole rows of `n` values of `size` bytes from `vals` streams
@@ -297,19 +303,8 @@ static inline void coiter_stream_fence(int stream) {{
 /* bytes from which an array read at scattered places (SpMV's x) is fetched ahead: three
    times a core's L2 cache as glibc reports it (1 MiB where it reports none); smaller
    arrays stay in L2, where prefetching only costs (lower/gathers.py) */
-#include <unistd.h>
 static int64_t coiter_far_bytes(void) {{
-  static int64_t far;
-  int64_t f = __atomic_load_n(&far, __ATOMIC_RELAXED);
-  if (!f) {{
-    long l2 = -1;
-#ifdef _SC_LEVEL2_CACHE_SIZE
-    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-    f = 3 * (l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20);
-    __atomic_store_n(&far, f, __ATOMIC_RELAXED);
-  }}
-  return f;
+  return 3 * coiter_l2_bytes();
 }}
 """),
     (('coiter_advise', 'coiter_malloc', 'coiter_calloc', 'coiter_realloc', 'coiter_free'), """\
