@@ -29,11 +29,11 @@ from typing import Callable
 os.environ["COITER_CACHE_DIR"] = tempfile.mkdtemp(prefix="coiter-streaming-")
 
 import numpy as np  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
 
 import coiter  # noqa: E402
 from coiter.runtime.compiler import DEFAULT_CFLAGS  # noqa: E402
-from suite.data import random_tensor  # noqa: E402
+from suite.data import Tensor as InputTensor, random_tensor  # noqa: E402
+from suite.kernels import fibers  # noqa: E402
 
 TTM = "A(i,j,l) = B(i,j,k) * C(k,l)"
 SPMM = "C(i,k) = A(i,j) * B(j,k)"
@@ -111,10 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     tensors.append(coiter.Tensor.from_coo(generated.coords, generated.vals, generated.shape, format=coiter.csf(3)))
     names = [*TENSORS, generated.name]
     for name, b in zip(names, tensors):
-        coords, vals = b.storage.to_coords()
         c = np.random.default_rng(0).random((b.shape[2], RANK))
-        fibers, rows_of = np.unique(coords[0] * b.shape[1] + coords[1], return_inverse=True)
-        f = sp.csr_array((vals, (rows_of, coords[2])), shape=(fibers.shape[0], b.shape[2]))
+        f, _ = fibers(InputTensor(name, "file", *b.storage.to_coords(), b.shape))
         for threads in (1, 2):
             calls = {k: (lambda k=k: ttm[k](B=b, C=c, threads=threads)) for k in ttm}
             # the result's values are rows over B's fibers in order (to_numpy would spread
