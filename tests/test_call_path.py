@@ -253,12 +253,12 @@ int max_threads(void) {
                               (-1, 10**12, 1), (-2, 10**12, min(2, most)), (-2, 10, 1),
                               (-(most + 1), 10**12, most)]:  # -c: at most c (free cores)
         assert lib.threads_for(n, work) == expected, (n, work)
-    # dynamic chunks: about 16 per thread, between 64 and 2048 rows; rows of more than 64 units
-    # of work each take chunks of at least 4096 units (a 25-row loop of 5600 units a row takes
-    # one row at a time, not all 25 on one thread)
+    # dynamic chunks: about 16 per thread, at most 2048 rows, and at least the rows that hold
+    # 4096 units of work (a 25-row loop of 5600 units a row takes one row at a time, not all
+    # 25 on one thread; 4884 rows of 10 units take 409, not 152)
     lib.chunk_for.argtypes = [ctypes.c_int64] * 3
     lib.chunk_for.restype = ctypes.c_int64
-    for rows, threads, work, expected in [(10, 2, 10, 64), (4884, 2, 50000, 152), (10**7, 2, 10**8, 2048),
+    for rows, threads, work, expected in [(10, 2, 10, 4096), (4884, 2, 50000, 409), (10**7, 2, 10**8, 2048),
                                           (10**6, 0, 10**6, 2048), (0, 2, 0, 64), (10, 2, 640, 64),
                                           (10, 2, 650, 63), (496, 2, 50912, 40), (25, 2, 140000, 1),
                                           (10**4, 2, 10**12, 312)]:

@@ -73,8 +73,9 @@ ARRAY_REDUCTION_BYTES = 1 << 20
 TARGETS = ("c", "cuda")
 
 # Rows vary in cost (sparse rows): threads take chunks of rows as they finish. A chunk is
-# about a sixteenth of a thread's share (coiter_chunk_rows in the C prelude): enough chunks to
-# balance skewed rows, or a thread slowed by another process, at little scheduling cost.
+# about a sixteenth of a thread's share, and at least 4096 units of work (coiter_chunk_rows in
+# the C prelude): enough chunks to balance skewed rows, or a thread slowed by another process,
+# at little scheduling cost.
 CHUNK = "coiter_chunk"  # the variable holding the chunk size (coiter_chunk_rows computes it)
 DEFAULT_CHUNKING = f"dynamic, {CHUNK}"
 # the thread count: the kernel's argument, or OpenMP's default (OMP_NUM_THREADS) when 0,
