@@ -9,6 +9,8 @@ import numpy as np
 import scipy.sparse as sp
 
 import coiter
+from coiter.lower.sums import SPLIT_MIN_AVERAGE
+from coiter.lower.vector_runs import VECTOR_MIN_AVERAGE
 from coiter.runtime.compiler import DEFAULT_CFLAGS
 
 # C flags of kernels built with and without AVX-512 (prelude helpers that use it have a
@@ -74,6 +76,35 @@ def row_sums_in_order(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
                 total += a.data[p] * x[a.indices[p]]
             out[i] = total
     return out
+
+
+def lanes_sum(products: np.ndarray) -> np.float64:
+    """A run's products added as coiter_run_vdot adds them (coiter/lower/vector_runs.py):
+    lane j adds positions j, j + 8, ... from 0.0, and the lanes are added as
+    ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))."""
+    lanes = [np.float64(0.0)] * 8
+    for q, v in enumerate(products):
+        lanes[q % 8] += v
+    low, high = (lanes[0] + lanes[4]) + (lanes[2] + lanes[6]), (lanes[1] + lanes[5]) + (lanes[3] + lanes[7])
+    return low + high
+
+
+def takes_lanes(lengths: np.ndarray) -> bool:
+    """Whether a double operand with these run lengths has its runs summed in lanes (the
+    kernel's flag): from 16 a run on average, or from 7.5 where coiter_runs_even (C prelude:
+    of 16 runs spread over all, 14 as long as the middle one) finds them uneven."""
+    stored, runs = int(np.sum(lengths)), len(lengths)
+    even = runs >= 16 and sum(lengths[j * (runs // 16) + runs // 32] == lengths[runs // 2]
+                              for j in range(16)) >= 14
+    return stored >= SPLIT_MIN_AVERAGE * runs or (stored >= VECTOR_MIN_AVERAGE * runs and not even)
+
+
+def row_sums_in_lanes(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
+    """``a @ x`` with each row's products summed as :func:`lanes_sum` adds them, added to
+    the row's 0.0."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.array([np.float64(0.0) + lanes_sum(a.data[s:e] * x[a.indices[s:e]])
+                         for s, e in zip(a.indptr[:-1], a.indptr[1:])])
 
 
 SPECIAL_VALUES = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0])

@@ -4,7 +4,10 @@ The partial sums change the order of additions, so the tests pin the order itsel
 vector of ones every product is exact, and the result must equal, bit for bit, a Python sum
 in the documented order (four interleaved partial sums added pairwise, then the remainder)
 where an operand's runs average SPLIT_MIN_AVERAGE positions or more, and the one-by-one sum
-below that. Values are drawn over many magnitudes so that a different order shows."""
+below that. Double products of a gathered vector take eight lanes instead where the runs are
+long or uneven (coiter/lower/vector_runs.py, tests/test_vector_runs.py): the split is tested
+on float32 and complex values, whose sums it alone takes. Values are drawn over many
+magnitudes so that a different order shows."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 import coiter
 from coiter.lower.sums import LANES, SPLIT_MIN_AVERAGE
+from helpers import row_sums_in_lanes, takes_lanes
 
 
 def _in_order(values: np.ndarray) -> np.generic:
@@ -63,8 +67,11 @@ def test_row_sums_follow_the_documented_order(seed: int, average: int, dtype: ty
     a = _matrix(rng, lengths, n, dtype)
     k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
     got = k(A=a, x=np.ones(n, dtype), threads=threads).to_numpy()
-    split = a.nnz >= SPLIT_MIN_AVERAGE * rows
-    assert np.array_equal(got, _row_sums(a, split))
+    if dtype is np.float64 and takes_lanes(np.diff(a.indptr)):
+        want = row_sums_in_lanes(a, np.ones(n))
+    else:
+        want = _row_sums(a, split=a.nnz >= SPLIT_MIN_AVERAGE * rows)
+    assert np.array_equal(got, want)
     # and SciPy's one-by-one sums to rounding: two orders of a row's sum differ by at most
     # (length - 1) * eps * the sum of its magnitudes
     magnitudes = sp.csr_array((np.abs(a.data), a.indices, a.indptr), shape=a.shape) @ np.ones(n)
@@ -77,12 +84,12 @@ def test_split_is_chosen_per_operand_not_per_row() -> None:
     one averaging less never splits, however long a row."""
     rng = np.random.default_rng(8)
     k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
-    long_first = _matrix(rng, [4 * SPLIT_MIN_AVERAGE - 3, 3, 0, 0], 100, np.float64)
-    sparse_rows = _matrix(rng, [4 * SPLIT_MIN_AVERAGE - 4, 0, 0, 0, 0], 100, np.float64)
+    long_first = _matrix(rng, [4 * SPLIT_MIN_AVERAGE - 3, 3, 0, 0], 100, np.float32)
+    sparse_rows = _matrix(rng, [4 * SPLIT_MIN_AVERAGE - 4, 0, 0, 0, 0], 100, np.float32)
     for a, split in ((long_first, True), (sparse_rows, False)):
         # the data tell the two orders apart
         assert not np.array_equal(_row_sums(a, split=True), _row_sums(a, split=False))
-        assert np.array_equal(k(A=a, x=np.ones(100)).to_numpy(), _row_sums(a, split))
+        assert np.array_equal(k(A=a, x=np.ones(100, np.float32)).to_numpy(), _row_sums(a, split))
 
 
 @pytest.mark.parametrize("fmt", ["csr", "dcsr", "csc"])
@@ -93,9 +100,10 @@ def test_formats_with_long_runs(fmt: str, threads: int) -> None:
     a = sp.random_array((300, 200), density=0.3, rng=rng, format="csr")
     x = rng.standard_normal(300 if fmt == "csc" else 200)
     expr, ref = ("y(j) = A(i,j) * x(i)", x @ a) if fmt == "csc" else ("y(i) = A(i,j) * x(j)", a @ x)
-    k = coiter.compile(expr, formats={"A": fmt})
+    k = coiter.compile(expr, formats={"A": fmt}, dtype=np.float32)
     assert "_1 += " in k.source
-    np.testing.assert_allclose(k(A=a, x=x, threads=threads).to_numpy(), ref, rtol=1e-12, atol=1e-12)
+    got = k(A=a.astype(np.float32), x=x.astype(np.float32), threads=threads).to_numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("fiber", [3, SPLIT_MIN_AVERAGE, 90])
@@ -107,13 +115,13 @@ def test_ttv_fibers(fiber: int, formats: dict[str, str]) -> None:
     be copied: there each split loop tests its flag itself."""
     rng = np.random.default_rng(fiber)
     dense = rng.standard_normal((20, 15, 120)) * (rng.random((20, 15, 120)) < fiber / 120)
-    b = coiter.Tensor.from_numpy(dense, format=formats["B"])
+    b = coiter.Tensor.from_numpy(dense.astype(np.float32), format=formats["B"])
     c = rng.standard_normal(120)
-    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats=formats)
+    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats=formats, dtype=np.float32)
     assert "_1 += " in k.source
     for threads in (1, 2):
-        got = k(B=b, c=c, threads=threads).to_numpy()
-        np.testing.assert_allclose(got, np.einsum("ijk,k->ij", dense, c), rtol=1e-12, atol=1e-12)
+        got = k(B=b, c=c.astype(np.float32), threads=threads).to_numpy()
+        np.testing.assert_allclose(got, np.einsum("ijk,k->ij", dense, c), rtol=1e-4, atol=1e-4)
 
 
 def test_integer_and_short_loops_are_left_alone() -> None:
@@ -128,15 +136,19 @@ def test_integer_and_short_loops_are_left_alone() -> None:
     assert "_1 += " not in dense.source
 
 
-def test_two_operands_with_their_own_flags() -> None:
+@pytest.mark.parametrize("dtype, flag", [(np.float32, "long"), (np.float64, "vector")])
+def test_two_operands_with_their_own_flags(dtype: type, flag: str) -> None:
     """Two sums in one row loop over different operands: each loop tests its operand's flag,
-    so a matrix of long rows splits beside one of short rows."""
+    so a matrix of long rows splits (float32) or takes the lanes (double) beside one of short
+    rows."""
     rng = np.random.default_rng(5)
-    a = sp.random_array((80, 300), density=0.4, rng=rng, format="csr")
-    b = sp.random_array((80, 200), density=0.02, rng=rng, format="csr")
-    x, z = rng.standard_normal(300), rng.standard_normal(200)
-    k = coiter.compile("y(i) = A(i,j) * x(j) + B(i,k) * z(k)", formats={"A": "csr", "B": "csr"})
-    assert "if (A2_long_runs) {" in k.source and "if (B2_long_runs) {" in k.source
+    a = sp.random_array((80, 300), density=0.4, rng=rng, format="csr", dtype=dtype)
+    b = sp.random_array((80, 200), density=0.02, rng=rng, format="csr", dtype=dtype)
+    x, z = rng.standard_normal(300).astype(dtype), rng.standard_normal(200).astype(dtype)
+    k = coiter.compile("y(i) = A(i,j) * x(j) + B(i,k) * z(k)", formats={"A": "csr", "B": "csr"},
+                       dtype=dtype)
+    assert f"if (A2_{flag}_runs) {{" in k.source and f"if (B2_{flag}_runs) {{" in k.source
+    tol = 1e-4 if dtype is np.float32 else 1e-12
     for threads in (1, 2):
         np.testing.assert_allclose(k(A=a, x=x, B=b, z=z, threads=threads).to_numpy(), a @ x + b @ z,
-                                   rtol=1e-12, atol=1e-12)
+                                   rtol=tol, atol=tol)

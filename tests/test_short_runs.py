@@ -197,8 +197,8 @@ def test_the_short_run_helper_waits_for_runs_the_loop_cannot_learn(
 
 def test_the_run_flags_require_their_helpers() -> None:
     """Each flag that sends a statement to a helper is false where that helper does not pay,
-    so the C compiler drops that version; the long-run split, which gathers nothing, is not.
-    The helper's bound, the positions the runs cover, is read once before the loops."""
+    so the C compiler drops that version; the eight lanes, whose order every machine shares,
+    are not. The helper's bound, the positions the runs cover, is read once before the loops."""
     k = coiter.compile(SPMV, formats={"A": "csr"})
     a = csr_with_lengths(np.random.default_rng(0), [1, 2, 3, 2], 40, np.int32)
     x = np.arange(40.0)
@@ -208,5 +208,5 @@ def test_the_run_flags_require_their_helpers() -> None:
     assert "bool A2_short_runs = COITER_SHORT_RUNS && " in src
     assert "coiter_runs_unlearned(A1_dimension, A2_pos[A1_dimension] - A2_pos[0], COITER_THREADS())" in src
     assert "bool A2_tiny_runs = COITER_FAST_GATHER && " in src
-    assert "bool A2_long_runs = A2_pos" in src
+    assert "bool A2_vector_runs = A2_pos" in src
     assert "A2_pos[i + 1] - A2_pos[i], A2_stored);" in src

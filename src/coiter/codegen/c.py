@@ -426,6 +426,65 @@ COITER_RUN_DOT(i32, int32_t)
 COITER_RUN_DOT(i64, int64_t)
 #endif
 """),
+    (('coiter_runs_even',), """\
+/* whether the runs of pos (runs of them) look even: of 16 runs spread over them, at least 14
+   hold as many positions as the middle run (a band or stencil matrix's rows). A loop over
+   such runs exits where the branch predictor expects it, and beats coiter_run_vdot's lanes on
+   runs of under 16 (lower/vector_runs.py) */
+#define COITER_RUNS_EVEN(suffix, index_t) \\
+static inline bool coiter_runs_even_##suffix(const index_t* pos, int64_t runs) {{ \\
+  if (runs < 16) return false; \\
+  int64_t mid = pos[runs / 2 + 1] - pos[runs / 2], same = 0; \\
+  for (int64_t j = 0; j < 16; j++) {{ \\
+    int64_t r = j * (runs / 16) + runs / 32; \\
+    same += pos[r + 1] - pos[r] == mid; \\
+  }} \\
+  return same >= 14; \\
+}}
+COITER_RUNS_EVEN(i32, int32_t)
+COITER_RUNS_EVEN(i64, int64_t)
+#define coiter_runs_even(pos, runs) \\
+  _Generic((pos), const int32_t*: coiter_runs_even_i32, int32_t*: coiter_runs_even_i32, \\
+           const int64_t*: coiter_runs_even_i64, int64_t*: coiter_runs_even_i64)(pos, runs)
+"""),
+    (('coiter_run_vdot_i32', 'coiter_run_vdot_i64'), """\
+/* the sum of v[p] * c[k[p]] for p in s..e in eight lanes (lower/vector_runs.py): lane j adds
+   positions s + j, s + j + 8, ... one by one from 0.0, and the lanes are added as
+   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). The order depends on the run alone, so
+   every machine gets the same bits: where gathers are fast a vector loop with masked loads
+   (nothing past the run is read), elsewhere eight scalar sums in the same order */
+#if defined(__AVX512F__) && defined(__AVX512VL__) && COITER_FAST_GATHER
+#include <immintrin.h>
+#define COITER_RUN_VDOT(suffix, index_t, load, gather) \\
+static inline double coiter_run_vdot_##suffix(const double* restrict v, const index_t* restrict k, \\
+                                              const double* restrict c, int64_t s, int64_t e) {{ \\
+  __m512d t = _mm512_setzero_pd(); \\
+  for (int64_t p = s; p < e; p += 8) {{ \\
+    __mmask8 m = (__mmask8)((1u << (e - p < 8 ? e - p : 8)) - 1); \\
+    __m512d x = gather(_mm512_setzero_pd(), m, load(m, k + p), c, 8); \\
+    t = _mm512_mask_add_pd(t, m, t, _mm512_mul_pd(_mm512_maskz_loadu_pd(m, v + p), x)); \\
+  }} \\
+  __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(t), _mm512_extractf64x4_pd(t, 1)); \\
+  __m128d g = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1)); \\
+  return _mm_cvtsd_f64(_mm_add_sd(g, _mm_unpackhi_pd(g, g))); \\
+}}
+COITER_RUN_VDOT(i32, int32_t, _mm256_maskz_loadu_epi32, _mm512_mask_i32gather_pd)
+COITER_RUN_VDOT(i64, int64_t, _mm512_maskz_loadu_epi64, _mm512_mask_i64gather_pd)
+#else
+#define COITER_RUN_VDOT(suffix, index_t) \\
+static inline double coiter_run_vdot_##suffix(const double* restrict v, const index_t* restrict k, \\
+                                              const double* restrict c, int64_t s, int64_t e) {{ \\
+  double l[8] = {{0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}}; \\
+  int64_t p = s; \\
+  for (; p + 8 <= e; p += 8) \\
+    for (int j = 0; j < 8; j++) l[j] += v[p + j] * c[k[p + j]]; \\
+  for (int j = 0; p + j < e; j++) l[j] += v[p + j] * c[k[p + j]]; \\
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); \\
+}}
+COITER_RUN_VDOT(i32, int32_t)
+COITER_RUN_VDOT(i64, int64_t)
+#endif
+"""),
     (('coiter_rows_dot_i32', 'coiter_rows_dot_i64'), """\
 /* y[r] = the sum of v[p] * c[k[p]] for p in pos[r]..pos[r+1], for rows r in s..e, each
    sum added one by one in position order from 0.0 as the row loop would

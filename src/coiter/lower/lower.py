@@ -57,6 +57,7 @@ from .prefetch import prefetch_located_segments
 from .short_runs import short_run_sums
 from .sums import split_long_sums
 from .tiny_runs import TinyRunRows
+from .vector_runs import vector_run_sums
 from .unions import MAX_RUNS, Run, sum_terms, union_row
 from .reductions import atomic_updates, scalar_accumulation
 from .equations import EquationLoops
@@ -1926,7 +1927,8 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             inputs = {p.name: p.ctype for p in cparams if p.pointers == 1 and p.const}
             results = {p.name: p.ctype for p in cparams if p.pointers == 1 and not p.const}
             body = split_long_sums(body, self._input_array_lengths("pos"), short_run_sums(inputs),
-                                   TinyRunRows(inputs, results, self._dense_bytes()))
+                                   TinyRunRows(inputs, results, self._dense_bytes()),
+                                   vector_run_sums(inputs))
             body = block_dense_rows(body, results, frozenset(p.name for p in cparams))
             body = prefetch_far_gathers(body, self._input_array_lengths("crd"), self._dense_bytes())
         prologue += self.temp_allocs

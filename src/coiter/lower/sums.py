@@ -27,19 +27,25 @@ requires what makes its helper pay (C prelude): the eight-row helper fast gather
 (``COITER_FAST_GATHER``; on AMD Zen the plain loop runs), the short-run one fast gathers or
 AVX2's plain loads (``COITER_SHORT_RUNS``), and with plain loads run lengths that repeated
 calls would not teach the loop's exit branch (``coiter_runs_unlearned``).
+
+Sums of double products of a gathered vector (SpMV's, TTV's) whose runs average 7.5 or more
+and vary in length, or average 16 or more, take a fifth version, tested first, instead of
+the split: each run summed in eight vector lanes by a helper call (:mod:`.vector_runs`),
+faster than the plain loop there and than the four partial sums on every input measured.
 """
 from __future__ import annotations
 
 from fractions import Fraction
 
 from ..ir.nodes import (
-    Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Label, Load, Var, While, add,
-    block,
+    Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, IRStmt, Label, Load, Un, Var, While,
+    add, block,
 )
 from ..ir.rewrite import map_loops
-from ..ir.visit import declared, names, subexprs, substitute, used, walk_regions
+from ..ir.visit import declared, names, subexprs, substitute, used, walk, walk_regions
 from .short_runs import ShortRunSums
 from .tiny_runs import TINY_AVERAGE, TinyRunRows
+from .vector_runs import VECTOR_MIN_AVERAGE, VectorRunSums
 
 LANES = 4  # partial sums
 SPLIT_MIN_AVERAGE = 16  # positions per run, on average, from which an operand's sums split
@@ -53,7 +59,8 @@ FLOATING = ("float", "double", "float _Complex", "double _Complex")
 
 
 def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
-                    short: ShortRunSums | None = None, tiny: TinyRunRows | None = None) -> IRStmt:
+                    short: ShortRunSums | None = None, tiny: TinyRunRows | None = None,
+                    vector: VectorRunSums | None = None) -> IRStmt:
     """``s`` with every innermost loop over a run ``pos[e] .. pos[e+1]`` of an array in
     ``pos_lengths`` (its element count) whose body declares values and adds one into a
     floating-point scalar split into :data:`LANES` partial sums, when the runs of that array
@@ -61,8 +68,11 @@ def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
     :data:`SHORT_AVERAGES`, ``short`` (if given) rewrites those loops instead
     (:mod:`.short_runs`), and below :data:`.tiny_runs.TINY_AVERAGE` ``tiny`` (if given)
     rewrites the loops around them (:mod:`.tiny_runs`; that version runs only where the vectors
-    it gathers are near), so that each operand's statement has up to four versions."""
-    splitter = _Splitter(pos_lengths, declared(s) | used(s), short, tiny)
+    it gathers are near). From :data:`.vector_runs.VECTOR_MIN_AVERAGE` on, ``vector`` (if
+    given) rewrites the loops it takes (double products of a gathered vector,
+    :mod:`.vector_runs`) instead of splitting them: a statement all of whose loops over the
+    operand's runs it takes loses its split version."""
+    splitter = _Splitter(pos_lengths, declared(s) | used(s), short, tiny, vector)
     scope: dict[str, str] = {}
     out: list[IRStmt] = []
     for x in block(s).stmts:
@@ -75,13 +85,15 @@ def split_long_sums(s: IRStmt, pos_lengths: dict[str, IRExpr],
 
 class _Splitter:
     def __init__(self, pos_lengths: dict[str, IRExpr], taken: set[str],
-                 short: ShortRunSums | None, tiny: TinyRunRows | None) -> None:
+                 short: ShortRunSums | None, tiny: TinyRunRows | None,
+                 vector: VectorRunSums | None) -> None:
         self.pos_lengths = pos_lengths
         self.taken = taken
         self.short = short
         self.tiny = tiny
-        # per pos array and kind ("long", "short", "tiny"): the flag declared before the
-        # loops that says its runs are that long
+        self.vector = vector
+        # per pos array and kind ("vector", "long", "short", "tiny"): the flag declared before
+        # the loops that says its runs are that long
         self.flags: dict[tuple[str, str], tuple[str, IRExpr]] = {}
         # per pos array whose short runs the helper sums: the variable declared before the
         # loops that holds the positions its runs cover (the helper's bound; read once, not
@@ -93,10 +105,11 @@ class _Splitter:
         self.split_on: set[str] = set()
 
     def version(self, s: IRStmt, scope: dict[str, str]) -> IRStmt:
-        """``s`` as ``if (long flag) { s split } else if (short flag) { s's short runs
-        rewritten } else { s }`` when its loops split on one operand's flag; with several, or
-        labels (which must not repeat), each split loop tests its own flag and short runs
-        keep their loops."""
+        """``s`` as ``if (vector flag) { s's runs summed in lanes } else if (long flag) { s
+        split } else if (tiny flag) { s's rows eight at once } else if (short flag) { s's short
+        runs rewritten } else { s }`` when its loops split on one operand's flag (without the
+        long version where the lanes take every loop); with several, or labels (which must not
+        repeat), each split loop tests its own flags and short runs keep their loops."""
         self.split_on = set()
         split = self.stmt(s, scope)
         if not self.split_on:
@@ -120,7 +133,16 @@ class _Splitter:
                 if tiny != s:
                     plain = If(Bin("&&", Var(self._flag(pos, "tiny")), rows.near(tiny)),
                                block(tiny), block(plain))
-            return If(Var(self._flag(pos, "long")), block(split), block(plain))
+            lanes = self.vector
+            vec = s if lanes is None else \
+                map_loops(s, lambda f, sc: lanes(f, sc) if _walks(f, pos) else None, scope)
+            # the lanes' flag holds wherever the split's does (runs of 16 or more on average):
+            # the split version stays only for loops the lanes left
+            if vec == s or any(isinstance(x, For) and _walks(x, pos) for x in walk(vec)):
+                plain = If(Var(self._flag(pos, "long")), block(split), block(plain))
+            if vec == s:
+                return plain
+            return If(Var(self._flag(pos, "vector")), block(vec), block(plain))
         self.conditional = True
         try:
             return self.stmt(s, scope)
@@ -136,6 +158,9 @@ class _Splitter:
         if f.pragma or f.unroll or f.unit or not isinstance(start, Load) \
                 or start.array not in self.pos_lengths or not _walks(f, start.array):
             return None
+        if self.conditional and self.vector is not None and (lanes := self.vector(f, scope)):
+            # runs of 16 or more on average take the lanes too: no split version
+            return If(Var(self._flag(start.array, "vector")), block(lanes), Block((f,)))
         *values, last = f.body.stmts or (None,)
         if not (isinstance(last, Assign) and last.op == "+=" and isinstance(last.target, Var)
                 and scope.get(last.target.name) in FLOATING):
@@ -171,6 +196,12 @@ class _Splitter:
             stored = Bin("-", Load(pos, runs), Load(pos, Const(0)))
             if kind == "long":
                 test = Bin(">=", stored, Bin("*", Const(SPLIT_MIN_AVERAGE), runs))
+            elif kind == "vector":  # from VECTOR_MIN_AVERAGE where runs vary, from 16 always
+                least = Bin(">=", Bin("*", Const(VECTOR_MIN_AVERAGE.denominator), stored),
+                            Bin("*", Const(VECTOR_MIN_AVERAGE.numerator), runs))
+                uneven = Un("!", Call("coiter_runs_even", (Var(pos), runs)))
+                test = Bin("||", Bin(">=", stored, Bin("*", Const(SPLIT_MIN_AVERAGE), runs)),
+                           Bin("&&", least, uneven))
             elif kind == "tiny":
                 test = Bin("<", Bin("*", Const(TINY_AVERAGE.denominator), stored),
                            Bin("*", Const(TINY_AVERAGE.numerator), runs))
@@ -182,7 +213,7 @@ class _Splitter:
             if kind == "short":  # runs the loop does not learn (C prelude)
                 test = Bin("&&", test, Call("coiter_runs_unlearned",
                                             (runs, stored, Call("COITER_THREADS", ()))))
-            if kind != "long":  # where the helpers pay (C prelude)
+            if kind in ("short", "tiny"):  # where the helpers pay (C prelude)
                 pays = "COITER_FAST_GATHER" if kind == "tiny" else "COITER_SHORT_RUNS"
                 test = Bin("&&", Var(pays), test)
             flag = self._fresh(f"{pos.removesuffix('_pos')}_{kind}_runs")
