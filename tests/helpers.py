@@ -85,7 +85,8 @@ def lanes_sum(products: np.ndarray) -> np.float64:
     lanes = [np.float64(0.0)] * 8
     for q, v in enumerate(products):
         lanes[q % 8] += v
-    low, high = (lanes[0] + lanes[4]) + (lanes[2] + lanes[6]), (lanes[1] + lanes[5]) + (lanes[3] + lanes[7])
+    low = (lanes[0] + lanes[4]) + (lanes[2] + lanes[6])
+    high = (lanes[1] + lanes[5]) + (lanes[3] + lanes[7])
     return low + high
 
 
