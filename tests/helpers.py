@@ -108,6 +108,13 @@ def row_sums_in_lanes(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
                          for s, e in zip(a.indptr[:-1], a.indptr[1:])])
 
 
+def row_sums_as_coiter(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
+    """``a @ x`` in the order coiter's double SpMV adds each row: in lanes where the matrix's
+    rows take them (:func:`takes_lanes`), else one by one (the short-run, eight-row and loop
+    versions all keep that order)."""
+    return (row_sums_in_lanes if takes_lanes(np.diff(a.indptr)) else row_sums_in_order)(a, x)
+
+
 SPECIAL_VALUES = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0])
 
 
