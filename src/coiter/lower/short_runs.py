@@ -84,7 +84,7 @@ def short_run_sums(inputs: dict[str, str]) -> ShortRunSums:
     read-only array parameters to their element types."""
 
     def rewrite(f: For, scope: dict[str, str], stored: IRExpr) -> IRStmt | None:
-        summed = None if f.pragma or f.unroll or f.unit else product(f, scope, inputs)
+        summed = product(f, scope, inputs)
         if summed is None:
             return None
         total, vals, crd, x = summed
@@ -99,9 +99,12 @@ def short_run_sums(inputs: dict[str, str]) -> ShortRunSums:
 
 def product(f: For, scope: dict[str, str], inputs: dict[str, str],
              ) -> tuple[str, str, str, str] | None:
-    """``(t, vals, crd, x)`` when ``f``'s body is ``[k = crd[p];] t += vals[p] * x[k]`` (either
-    factor first) with ``t``, ``vals`` and ``x`` double, ``crd`` a 32- or 64-bit index array,
-    and every array a read-only input."""
+    """``(t, vals, crd, x)`` when ``f`` is a plain loop (no pragma, unrolling or GPU unit)
+    whose body is ``[k = crd[p];] t += vals[p] * x[k]`` (either factor first) with
+    ``t``, ``vals`` and ``x`` double, ``crd`` a 32- or 64-bit index array, and every array a
+    read-only input."""
+    if f.pragma or f.unroll or f.unit:
+        return None
     p = Var(f.var)
     *decls, last = f.body.stmts or (None,)
     if len(decls) > 1 or not (isinstance(last, Assign) and last.op == "+="

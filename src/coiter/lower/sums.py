@@ -158,7 +158,8 @@ class _Splitter:
         if f.pragma or f.unroll or f.unit or not isinstance(start, Load) \
                 or start.array not in self.pos_lengths or not _walks(f, start.array):
             return None
-        if self.conditional and self.vector is not None and (lanes := self.vector(f, scope)):
+        if self.conditional and self.vector is not None \
+                and (lanes := self.vector(f, scope)) is not None:
             # runs of 16 or more on average take the lanes too: no split version
             return If(Var(self._flag(start.array, "vector")), block(lanes), Block((f,)))
         *values, last = f.body.stmts or (None,)

@@ -126,8 +126,7 @@ def _row_sum(f: For, scope: dict[str, str], inputs: dict[str, str], results: dic
             and not any(isinstance(x, Call) for x in subexprs(s.init))
         if not (dead or _stores_row(s, e) and s.target.array == result and s.value == Const(0)):
             return None
-    summed = None if inner.pragma or inner.unroll or inner.unit \
-        else product(inner, {**scope, total.name: "double"}, inputs)
+    summed = product(inner, {**scope, total.name: "double"}, inputs)
     if summed is None or summed[0] != total.name or results.get(result) != "double" \
             or inputs.get(pos) != inputs[summed[2]]:
         return None

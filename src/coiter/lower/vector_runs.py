@@ -50,7 +50,7 @@ def vector_run_sums(inputs: dict[str, str]) -> VectorRunSums:
     maps the kernel's read-only array parameters to their element types."""
 
     def rewrite(f: For, scope: dict[str, str]) -> IRStmt | None:
-        summed = None if f.pragma or f.unroll or f.unit else product(f, scope, inputs)
+        summed = product(f, scope, inputs)
         if summed is None:
             return None
         total, vals, crd, x = summed
