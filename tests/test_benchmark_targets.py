@@ -29,3 +29,14 @@ def test_the_stream_fraction_is_the_median_of_the_inputs() -> None:
     # 1 GB in 0.25 / 0.2 / 0.125 / 0.1 s: 4, 5, 8, 10 GB/s of 10 -> 40, 50, 80, 100 %
     assert abs(_stream_target(_results([0.25, 0.2, 0.125, 0.1])) - 65.0) < 1e-9  # not 80
     assert abs(_stream_target(_results([0.25, 0.2, 0.125])) - 50.0) < 1e-9
+
+
+def test_the_stream_note_gives_each_input_and_the_best_peer() -> None:
+    results = _results([0.25, 0.125])
+    for case, peers in zip(results["runs"]["2"]["cases"], ({"MKL": 0.5, "scipy": 1.0}, {"MKL": 0.5})):
+        case["systems"] |= {name: {"status": "ok", "median_s": s} for name, s in peers.items()}
+    target = next(t for t in targets.TARGETS if "STREAM at 2 threads" in t.name)
+    value, note = target.measure(results)
+    assert value is not None and abs(value - 60.0) < 1e-9
+    # MKL: 20% on both inputs; scipy: 10% on the one it ran
+    assert "(m0 40%, m1 80%; best peer MKL 20%)" in note

@@ -35,10 +35,11 @@ SPINNER = "while True: pass"
 
 
 def pick_inputs(settings: Settings) -> tuple[str, str] | None:
-    """A small input (bcsstk16, the demo's matrix, when present) and the largest matrix."""
+    """A small input (bcsstk16, the demo's matrix, when present) and the largest matrix
+    that every matrix kernel runs on."""
     from . import data
 
-    matrices = [r for r in data.selected(settings) if r.kind == "matrix"]
+    matrices = [r for r in data.selected(settings) if r.kind == "matrix" and not r.only]
     if len(matrices) < 2:
         return None
     names = [r.name for r in matrices]  # smallest first

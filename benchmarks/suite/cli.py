@@ -207,10 +207,9 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(settings.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    refs = data.selected(settings)
-    kinds = {KERNELS[k].kind for k in settings.kernels}
-    refs = [r for r in refs if r.kind in kinds]
-    n_cases = sum(KERNELS[k].kind == r.kind for r in refs for k in settings.kernels)
+    refs = [r for r in data.selected(settings)
+            if any(r.takes(k, KERNELS[k].kind) for k in settings.kernels)]
+    n_cases = sum(r.takes(k, KERNELS[k].kind) for r in refs for k in settings.kernels)
     print(f"{'quick' if settings.quick else 'full'} run: {len(refs)} inputs, "
           f"{len(settings.kernels)} kernels ({n_cases} cases), threads {settings.threads}, "
           f"peers {' '.join(settings.peers) or '(none)'}")

@@ -72,6 +72,11 @@ class InputRef:
     load: Callable[[], Input]
     size: int  # about the bytes of its arrays: inputs run smallest first
     path: Path | None = None  # the data file of a real input
+    only: tuple[str, ...] = ()  # the kernels that run on it; empty: every kernel of its kind
+
+    def takes(self, kernel: str, kind: str) -> bool:
+        """Whether the kernel ``kernel`` of operand kind ``kind`` runs on this input."""
+        return kind == self.kind and (not self.only or kernel in self.only)
 
 
 # --------------------------------------------------------------------------- cache
@@ -189,8 +194,9 @@ def random_tensor(dim: int, nnz: int, skewed: bool, seed: int = 3) -> Tensor:
 
 
 def generated(settings: Settings) -> list[InputRef]:
-    """Generated inputs: banded, power-law and uniform matrices with ``gen_size`` rows, and
-    uniform and power-law 3-tensors of size (gen_size/10)^3 with 2*gen_size nonzeros."""
+    """Generated inputs: banded, power-law and uniform matrices with ``gen_size`` rows,
+    uniform and power-law 3-tensors of size (gen_size/10)^3 with 2*gen_size nonzeros, and
+    for SpMV alone the three matrices again with ``large_size`` rows (none when it is 0)."""
     n, k = settings.gen_size, settings.gen_row_nnz
     refs = [
         InputRef(f"gen-{label}-{n}", "matrix",
@@ -201,6 +207,14 @@ def generated(settings: Settings) -> list[InputRef]:
     for skewed in (False, True):
         name = f"gen-{'powerlaw' if skewed else 'uniform'}3-{dim}"
         refs.append(InputRef(name, "tensor", lambda s=skewed: random_tensor(dim, 2 * n, s), 64 * n))
+    big = settings.large_size
+    if big:
+        # SpMV only: its bandwidth target is over inputs larger than the last-level cache,
+        # and every other kernel would take seconds a call on them
+        refs += [InputRef(f"gen-{label}-{big}", "matrix",
+                          lambda f=f, label=label: Matrix(f"gen-{label}-{big}", "generated", f(big, k)),
+                          12 * big * k, only=("spmv",))
+                 for label, f in (("banded", banded), ("powerlaw", power_law), ("uniform", uniform))]
     return refs
 
 

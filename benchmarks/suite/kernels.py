@@ -22,10 +22,10 @@ from .check import Result, SparseResult, from_coords, from_scipy
 from .data import Input, Matrix, Tensor, canonical_coords
 from .settings import Settings
 
-# Operands of more bytes are shared by the systems, not copied per system: twice this
-# machine's last-level cache (32 MiB), so a call leaves at most half of them in it for the
-# next system's, while a copy per system of the largest inputs' operands adds gigabytes to a
-# worker that the largest inputs already bring near the machine's 24 GB
+# Operands of more bytes are shared by the systems, not copied per system: twice the 32 MiB
+# last-level cache of the machine this was set on, so a call leaves at most half of them in it
+# for the next system's, while a copy per system of the largest inputs' operands adds
+# gigabytes to a worker that the largest inputs already bring near the machine's 24 GB
 PRIVATE_COPY_BYTES = 64 * 2**20
 MODE_INDICES = "ijkmnopq"  # 'l' is kept for the dense (rank) dimension
 FACTOR_NAMES = "CDEFGHIJ"

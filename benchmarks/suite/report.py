@@ -327,7 +327,9 @@ def write_summary(results: dict[str, Any], path: Path, plots: list[str]) -> None
         "a random half of the first's nonzeros plus as many new ones. NumPy dense runs only where its "
         f"arrays need under {s['dense_bytes_limit'] / 1e6:.0f} MB and {s['dense_flops_limit']:.0e} flops.",
         f"- Generated inputs: banded, power-law and uniform {s['gen_size']} x {s['gen_size']} matrices "
-        f"(~{s['gen_row_nnz']} nonzeros per row), uniform and power-law 3-tensors.",
+        f"(~{s['gen_row_nnz']} nonzeros per row), uniform and power-law 3-tensors"
+        + (f"; for SpMV alone the three matrices again at {s['large_size']} x {s['large_size']}, "
+           "larger than the last-level cache." if s.get("large_size") else "."),
         "- The machine has few cores and may be shared: treat single numbers with care, "
         "geometric means less so.",
         "",

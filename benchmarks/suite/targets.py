@@ -57,19 +57,31 @@ def _lowest_peer(kernel: str, threads: int) -> Callable[[dict[str, Any]], tuple[
 
 
 def _stream_fraction(kernel: str, threads: int) -> Callable[[dict[str, Any]], tuple[float | None, str]]:
-    """Median fraction of STREAM triad bandwidth, inputs larger than the last-level cache."""
+    """Median fraction of STREAM triad bandwidth, inputs larger than the last-level cache;
+    the note gives each input's fraction and the best peer's median over the same inputs."""
     def measure(results: dict[str, Any]) -> tuple[float | None, str]:
         t = _threads(results, threads)
         if t is None:
             return None, f"{analysis.threads_label(threads)} not run"
         llc = analysis.llc_bytes(results) or 0
-        fractions = [bw[1] for c in analysis.cases(results, t, kernel)
-                     if c["status"] == "ok" and (c.get("min_bytes") or 0) > llc
-                     and (bw := analysis.bandwidth(results, t, c, analysis.COITER)) and bw[1]]
-        if not fractions:
+        large = [c for c in analysis.cases(results, t, kernel)
+                 if c["status"] == "ok" and (c.get("min_bytes") or 0) > llc]
+
+        def fractions(system: str) -> dict[str, float]:
+            return {c["input"]["name"]: bw[1] for c in large
+                    if (bw := analysis.bandwidth(results, t, c, system)) and bw[1]}
+
+        ours = fractions(analysis.COITER)
+        if not ours:
             return None, "no input larger than the last-level cache"
-        return 100 * median(fractions), (
-            f"median over {len(fractions)} inputs larger than the LLC, {analysis.threads_label(t)}")
+        each = ", ".join(f"{name} {f:.0%}" for name, f in ours.items())
+        names = dict.fromkeys(s for c in large for s in c["systems"])
+        peers = {s: median(f.values()) for s in names
+                 if s not in (analysis.COITER, "NumPy dense") and (f := fractions(s))}
+        best = max(peers, key=peers.__getitem__, default=None)
+        peer = f"; best peer {best} {peers[best]:.0%}" if best else ""
+        return 100 * median(ours.values()), (
+            f"median over {len(ours)} inputs larger than the LLC ({each}{peer}), {analysis.threads_label(t)}")
     return measure
 
 

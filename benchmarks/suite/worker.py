@@ -205,11 +205,11 @@ class Worker:
             }
         done = {(c["kernel"], c["input"]["name"]) for c in result["cases"]}
         kernels = [KERNELS[k] for k in self.settings.kernels]
-        refs = [r for r in data.selected(self.settings) if any(k.kind == r.kind for k in kernels)]
-        progress = Progress(sum(k.kind == r.kind for r in refs for k in kernels),
+        refs = [r for r in data.selected(self.settings) if any(r.takes(k.name, k.kind) for k in kernels)]
+        progress = Progress(sum(r.takes(k.name, k.kind) for r in refs for k in kernels),
                             f"{threads_label(self.threads)}", initial=len(done))
         for ref in refs:
-            todo = [k for k in kernels if k.kind == ref.kind and (k.name, ref.name) not in done]
+            todo = [k for k in kernels if ref.takes(k.name, k.kind) and (k.name, ref.name) not in done]
             if not todo:
                 continue
             inp = ref.load()
