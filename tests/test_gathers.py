@@ -4,15 +4,21 @@ The fetch ahead happens only when the array holds at least three times the core'
 (a flag computed per call), so every kernel runs with a small array (plain loops) and with
 one of 2^21 doubles (16 MiB: more than three times any current core's L2). Inputs shorter
 and longer than the look-ahead distance check that it stays inside the coordinate array;
-values are compared with SciPy / NumPy."""
+values are compared with SciPy / NumPy. Coordinates that stay near each other (a band
+matrix's columns) skip the fetch whatever the array's size: the C helper's judgement is
+checked on its own."""
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import coiter
+from coiter.codegen.c import preamble
 from coiter.lower.gathers import GATHER_AHEAD, RUN_AHEAD
+from coiter.runtime.compiler import load_library
 from helpers import cflags
 
 LARGE = 1 << 21  # elements of a dense operand that takes the prefetching loops
@@ -33,7 +39,8 @@ def test_spmv_fetches_x_ahead(nnz: int, cols: int) -> None:
     k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
     assert f"__builtin_prefetch(&x_vals[A2_crd[pA2 + {GATHER_AHEAD}]])" in k.source
     assert f"pA2 + {GATHER_AHEAD} < A2_pos[A1_dimension]" in k.source  # stays in A2_crd
-    assert "bool x_far = x1_dimension * 8 >= coiter_far_bytes();" in k.source
+    assert ("bool x_far = x1_dimension * 8 >= coiter_far_bytes() && "
+            "!coiter_gathers_near(A2_crd, A2_pos[A1_dimension]);") in k.source
     a = _random_csr(300, cols, nnz, seed=nnz)
     x = np.random.default_rng(1).random(cols)
     for threads in (1, 2):
@@ -103,3 +110,59 @@ def test_result_assembled_in_labelled_regions(threads: int) -> None:
         expected = sp.csr_array(a.multiply(x[None, :]))
         assert got.shape == expected.shape and got.nnz == expected.nnz
         assert abs(got - expected).max() <= 1e-12
+
+
+def _near_helper() -> ctypes.CDLL:
+    lib = load_library(preamble("INT32_MAX") + """
+int near32(const int32_t* crd, int64_t stored) { return coiter_gathers_near(crd, stored); }
+int near64(const int64_t* crd, int64_t stored) { return coiter_gathers_near(crd, stored); }
+""")
+    for name in ("near32", "near64"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    return lib
+
+
+def _near_in_python(crd: np.ndarray) -> bool:
+    """The helper's rule: of 16 windows of 256 positions from the first to the last, each
+    spans fewer than 8192 coordinates; never with under 4096 positions."""
+    stored = len(crd)
+    if stored < 16 * 256:
+        return False
+    windows = [crd[j * ((stored - 256) // 15):][:256].astype(np.int64) for j in range(16)]
+    return all(w.max() - w.min() < 8192 for w in windows)
+
+
+def test_the_near_judgement_follows_its_rule() -> None:
+    lib = _near_helper()
+    rng = np.random.default_rng(10)
+    band = sp.diags([1.0] * 9, list(range(-4, 5)), shape=(50000, 50000), format="csr")
+    one_far = band.indices.copy()
+    one_far[8 * ((len(one_far) - 256) // 15) + 100] = 49999  # the ninth window reaches the last column
+    cases = {
+        "band": (band.indices, True),
+        "band, 4095 positions": (band.indices[:4095], False),
+        "band, 4096 positions": (band.indices[:4096], True),
+        "one far entry": (one_far, False),
+        "uniform": (np.sort(rng.integers(0, 10**6, 10**5)).astype(np.int32)[rng.permutation(10**5)], False),
+        "span 8191": (np.tile(np.array([0, 8191]), 5000), True),
+        "span 8192": (np.tile(np.array([0, 8192]), 5000), False),
+    }
+    for name, (crd, expected) in cases.items():
+        assert _near_in_python(crd) == expected, name
+        for fn, dtype in ((lib.near32, np.int32), (lib.near64, np.int64)):
+            array = np.ascontiguousarray(crd, dtype=dtype)
+            assert bool(fn(array.ctypes.data, len(array))) == expected, (name, dtype)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_a_band_matrix_of_large_vectors_is_right(fmt: str) -> None:
+    """SpMV on a band matrix whose x (CSR) or y (CSC) is large: the near coordinates skip
+    the fetch; values as SciPy's."""
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": fmt})
+    assert "coiter_gathers_near(A2_crd, A2_pos[A1_dimension])" in k.source
+    a = sp.diags([1.0, 2.0, -1.0], [-1, 0, 1], shape=(LARGE, LARGE), format=fmt)
+    a.data = np.random.default_rng(11).random(a.data.shape)
+    x = np.random.default_rng(12).random(LARGE)
+    assert _near_in_python(a.indices)
+    for threads in (1, 2):
+        np.testing.assert_allclose(k(A=a, x=x, threads=threads).to_numpy(), a @ x, **TOL)
