@@ -64,8 +64,8 @@ class Settings:
         limits: dict[str, object] = {}
         if quick:
             # small inputs and short timings: the quick mode checks correctness, not speed
-            limits = dict(gen_size=2_000, large_size=0, max_runs=10, case_budget_s=0.02, slow_limit_s=0.5,
-                          call_timeout_s=5.0,
+            limits = dict(gen_size=2_000, large_size=0, max_runs=10, case_budget_s=0.02,
+                          slow_limit_s=0.5, call_timeout_s=5.0,
                           stream_elements=1 << 23, stream_reps=4)
         limits.update({k: v for k, v in given.items() if v is not None})
         return cls(quick=quick, **limits)  # type: ignore[arg-type]

@@ -80,8 +80,8 @@ def _stream_fraction(kernel: str, threads: int) -> Callable[[dict[str, Any]], tu
                  if s not in (analysis.COITER, "NumPy dense") and (f := fractions(s))}
         best = max(peers, key=peers.__getitem__, default=None)
         peer = f"; best peer {best} {peers[best]:.0%}" if best else ""
-        return 100 * median(ours.values()), (
-            f"median over {len(ours)} inputs larger than the LLC ({each}{peer}), {analysis.threads_label(t)}")
+        return 100 * median(ours.values()), (f"median over {len(ours)} inputs larger than the LLC "
+                                             f"({each}{peer}), {analysis.threads_label(t)}")
     return measure
 
 
