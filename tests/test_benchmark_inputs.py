@@ -18,7 +18,7 @@ def test_the_inputs_larger_than_the_cache_are_for_spmv_alone() -> None:
     large = [r for r in refs.values() if r.only]
     assert sorted(r.name for r in large) == [
         "gen-banded-6000000", "gen-powerlaw-6000000", "gen-uniform-6000000"]
-    # about 0.6 GB each, above this machine's reported 480 MiB L3
+    # 576 MB of matrix each, above this machine's reported 480 MiB L3
     assert all(r.size > 480 * 2**20 and r.kind == "matrix" for r in large)
     assert all(r.takes("spmv", "matrix") and not r.takes("spmm", "matrix") for r in large)
     everyday = refs["gen-banded-250000"]

@@ -143,7 +143,7 @@ def test_the_near_judgement_follows_its_rule() -> None:
         "band, 4095 positions": (band.indices[:4095], False),
         "band, 4096 positions": (band.indices[:4096], True),
         "one far entry": (one_far, False),
-        "uniform": (np.sort(rng.integers(0, 10**6, 10**5)).astype(np.int32)[rng.permutation(10**5)], False),
+        "uniform": (rng.integers(0, 10**6, 10**5).astype(np.int32), False),
         "span 8191": (np.tile(np.array([0, 8191]), 5000), True),
         "span 8192": (np.tile(np.array([0, 8192]), 5000), False),
     }
@@ -156,8 +156,9 @@ def test_the_near_judgement_follows_its_rule() -> None:
 
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 def test_a_band_matrix_of_large_vectors_is_right(fmt: str) -> None:
-    """SpMV on a band matrix whose x (CSR) or y (CSC) is large: the near coordinates skip
-    the fetch; values as SciPy's."""
+    """SpMV on a band matrix whose x (CSR) or y (CSC) is large: the kernel asks the helper,
+    whose rule finds the band's coordinates near, so the loops without fetches run; values
+    as SciPy's."""
     k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": fmt})
     assert "coiter_gathers_near(A2_crd, A2_pos[A1_dimension])" in k.source
     a = sp.diags([1.0, 2.0, -1.0], [-1, 0, 1], shape=(LARGE, LARGE), format=fmt)
