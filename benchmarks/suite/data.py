@@ -198,24 +198,24 @@ def generated(settings: Settings) -> list[InputRef]:
     uniform and power-law 3-tensors of size (gen_size/10)^3 with 2*gen_size nonzeros, and
     for SpMV alone the three matrices again with ``large_size`` rows (none when it is 0)."""
     n, k = settings.gen_size, settings.gen_row_nnz
-    refs = [
-        InputRef(f"gen-{label}-{n}", "matrix",
-                 lambda f=f, label=label: Matrix(f"gen-{label}-{n}", "generated", f(n, k)), 12 * n * k)
-        for label, f in (("banded", banded), ("powerlaw", power_law), ("uniform", uniform))
-    ]
+    refs = _matrices(n, k)
     dim = max(n // 10, 10)
     for skewed in (False, True):
         name = f"gen-{'powerlaw' if skewed else 'uniform'}3-{dim}"
         refs.append(InputRef(name, "tensor", lambda s=skewed: random_tensor(dim, 2 * n, s), 64 * n))
-    big = settings.large_size
-    if big:
+    if settings.large_size:
         # SpMV only: its bandwidth target is over inputs larger than the last-level cache,
         # and every other kernel would take seconds a call on them
-        refs += [InputRef(f"gen-{label}-{big}", "matrix",
-                          lambda f=f, label=label: Matrix(f"gen-{label}-{big}", "generated", f(big, k)),
-                          12 * big * k, only=("spmv",))
-                 for label, f in (("banded", banded), ("powerlaw", power_law), ("uniform", uniform))]
+        refs += _matrices(settings.large_size, k, only=("spmv",))
     return refs
+
+
+def _matrices(n: int, k: int, only: tuple[str, ...] = ()) -> list[InputRef]:
+    """The banded, power-law and uniform n x n matrices of about k entries a row."""
+    return [InputRef(f"gen-{label}-{n}", "matrix",
+                     lambda f=f, label=label: Matrix(f"gen-{label}-{n}", "generated", f(n, k)),
+                     12 * n * k, only=only)
+            for label, f in (("banded", banded), ("powerlaw", power_law), ("uniform", uniform))]
 
 
 # --------------------------------------------------------------------------- selection

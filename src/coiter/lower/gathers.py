@@ -128,7 +128,7 @@ class _Fetcher:
         ahead = add(Var(f.var), Const(GATHER_AHEAD))
         fetches: list[IRStmt] = []
         for array in arrays:
-            self.crds.setdefault(array, {})[crd] = self.crd_lengths[crd]
+            self._directs(array, crd)
             within: IRExpr = Bin("<", ahead, self.crd_lengths[crd])
             if self.conditional:
                 within = Bin("&&", Var(self._flag(array)), within)
@@ -162,7 +162,7 @@ class _Fetcher:
         array = call.x
         if array.name not in self.dense_bytes:
             return (s,)
-        self.crds.setdefault(array.name, {})[call.crd.name] = call.stored
+        self._directs(array.name, call.crd.name)
         fetches: list[IRStmt] = []
         for offset in RUN_AHEAD:
             ahead = add(call.start, Const(offset))
@@ -180,12 +180,20 @@ class _Fetcher:
             self.flags[array] = fresh(f"{array.removesuffix('_vals')}_far", self.taken)
         return self.flags[array]
 
+    def _directs(self, array: str, crd: str) -> None:
+        """Note that ``crd`` directs reads of ``array``, for :meth:`far`. Its length is the
+        one given for it, an expression of the operand's arrays (the flags are declared before
+        any variable the loops' rewrites declare, such as a short-run helper's ``A2_stored``);
+        a coordinate array without one is left out of the test, so its reads stay fetched."""
+        if crd in self.crd_lengths:
+            self.crds.setdefault(array, {})[crd] = self.crd_lengths[crd]
+
     def far(self, array: str) -> IRExpr:
         """Whether reads of ``array`` are fetched ahead in a call: it holds at least
         ``coiter_far_bytes()``, and the coordinates that direct its reads do not stay near
         each other (``coiter_gathers_near``: a band matrix's columns, which the hardware
         prefetcher follows)."""
         test: IRExpr = Bin(">=", self.dense_bytes[array], Call(FAR_BYTES, ()))
-        for crd, length in sorted(self.crds[array].items()):
+        for crd, length in sorted(self.crds.get(array, {}).items()):
             test = Bin("&&", test, Un("!", Call(NEAR, (Var(crd), length))))
         return test
