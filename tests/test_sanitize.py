@@ -2,7 +2,8 @@
 
 Instrumented kernels only load into a process started with the ASan runtime preloaded, so
 every run happens in a subprocess with its own environment and kernel cache: a handful of
-kernels (integer ones overflowing) checked against NumPy/SciPy with no sanitizer report, an
+kernels (integer ones overflowing, scheduled ones that once ran past their arrays, and every
+kernel of the schedule fuzzer) checked against NumPy/SciPy with no sanitizer report, an
 out-of-bounds read and an oversized shift that must be reported (proof that the code really is instrumented), and
 the CompileError raised when the runtime is not preloaded.
 """
@@ -36,14 +37,18 @@ PRELOAD = " ".join(filter(None, [ASAN_RUNTIME, _compiler_file("libstdc++.so")]))
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "runtime error:")
 
 
-def _run_python(code: str, cache: Path, preload: bool = True) -> subprocess.CompletedProcess[str]:
+def _run_command(argv: list[str], cache: Path, preload: bool = True) -> subprocess.CompletedProcess[str]:
+    """``argv`` run with sanitizer builds into the kernel cache ``cache``."""
     env = dict(os.environ, COITER_SANITIZE="1", COITER_CACHE_DIR=str(cache),
                ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
     env.pop("LD_PRELOAD", None)
     if preload:
         env["LD_PRELOAD"] = PRELOAD
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def _run_python(code: str, cache: Path, preload: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run_command([sys.executable, "-c", textwrap.dedent(code)], cache, preload)
 
 
 KERNELS = """
@@ -95,6 +100,54 @@ def test_kernels_run_clean_under_the_sanitizers(tmp_path: Path) -> None:
     # the kernels that ran were instrumented builds
     libraries = list(tmp_path.rglob("*.so"))
     assert libraries and all(b"__asan_report" in lib.read_bytes() for lib in libraries)
+
+
+# Schedules whose kernels read or wrote past an array (caught by the schedule fuzzer under
+# ASan, each value still right): a vectorized split of a split's inner piece ran its last
+# block past the rows (no guard on i), and positions under a fused loop's located parent
+# were walked from pos[-1] where the locate missed.
+SCHEDULED = """
+    import numpy as np
+    import scipy.sparse as sp
+    import coiter
+
+    A = sp.random(37, 29, density=0.15, random_state=1, format="csr")
+    x = np.random.default_rng(0).random(29)
+    for schedule in ("split(i,i0,i1,4),split(i1,i10,i11,1),parallelize(i11,CPUVector,NoRaces)",
+                     "split(i,i0,i1,4),divide(i1,i10,i11,2),parallelize(i11,CPUVector,NoRaces)"):
+        k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule)
+        np.testing.assert_allclose(k(A=A, x=x, threads=2).to_numpy(), A @ x, rtol=1e-12)
+
+    rng = np.random.default_rng(3)
+    B = rng.random((9, 7, 11)) * (rng.random((9, 7, 11)) < 0.2)
+    B[:, 3] = 0  # a (i, j) fiber missing in every row
+    c = rng.random(11)
+    for schedule in ("fuse(i,j,f),pos(k,kp,B(i,j,k))",
+                     "fuse(i,j,f),pos(k,kp,B(i,j,k)),parallelize(f,CPUThread,NoRaces)"):
+        k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": "sss"}, schedule=schedule)
+        got = k(B=coiter.Tensor.from_numpy(B, format="sss"), c=c, threads=2).to_numpy()
+        np.testing.assert_allclose(got, B @ c, rtol=1e-12)
+    print("SCHEDULED OK")
+"""
+
+
+@needs_asan
+def test_scheduled_kernels_stay_in_bounds(tmp_path: Path) -> None:
+    result = _run_python(SCHEDULED, tmp_path)
+    assert result.returncode == 0 and "SCHEDULED OK" in result.stdout, result.stderr[-4000:]
+    assert not any(r in result.stderr for r in SANITIZER_REPORTS), result.stderr[-4000:]
+
+
+@needs_asan
+def test_schedule_fuzzer_runs_clean_under_the_sanitizers(tmp_path: Path) -> None:
+    """Every kernel the schedule fuzzer builds stays inside its arrays: values right is not
+    enough, a write past the result corrupts the heap and kills the process later."""
+    tests = Path(__file__).parent
+    result = _run_command([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                           str(tests / "test_schedules.py"), "-k", "test_schedule_fuzzing"], tmp_path)
+    assert result.returncode == 0 and "1 passed" in result.stdout, \
+        (result.stdout + result.stderr)[-4000:]
+    assert not any(r in result.stderr for r in SANITIZER_REPORTS), result.stderr[-4000:]
 
 
 OUT_OF_BOUNDS = """

@@ -27,8 +27,8 @@ from ..concrete.stmt import Assign, Forall, Stmt, Where
 from ..errors import ScheduleError
 from ..formats.levels.base import ParentPos
 from ..ir.nodes import (
-    Assign as IRAssign, Bin, Break, Call, Const, Decl, If, IRExpr, IRStmt, Load, Min, Var, While,
-    add, block, ceil_div, conj, lt, mul, sub,
+    Assign as IRAssign, Bin, Break, Call, Const, Decl, If, IRExpr, IRStmt, Load, Min, Select, Var,
+    While, add, block, ceil_div, conj, lt, mul, sub,
 )
 from ..notation.ast import Access, IndexVar, rename_index
 
@@ -123,6 +123,8 @@ class DerivedLoops:
         out = {}
         for k in self._pos_levels(rel):
             lo, end = self._segment(rel.access, k, lo, end)
+            if parent.may_fail and not out:  # the parent's locate missed: no positions
+                lo, end = (Select(Bin(">=", parent.lo, Const(0)), x, Const(0)) for x in (lo, end))
             out[k] = (lo, end)
         return out
 
@@ -202,7 +204,7 @@ class DerivedLoops:
             start = mul(scope.coords[rel.outer], self._block_size(rel, scope))
             hi = Min((hi, sub(sub(phi, plo), start)))
         outer_guards, self.guards = self.guards, []
-        inner, stmts = self._recover_up(v, inner, before, scope.with_coord(v, lo), tagged or cut)
+        inner, stmts = self._recover_up(v, inner, before, scope.with_coord(v, lo), tagged, cut)
         guards, self.guards = self.guards, outer_guards
         body += stmts
         # compound subscripts' variables computed from the loops bound now
@@ -231,10 +233,12 @@ class DerivedLoops:
             del self.window[parent]
 
     def _recover_up(self, v: IndexVar, scope, before: list[IRStmt], start,
-                 tagged: bool) -> tuple[object, list[IRStmt]]:
+                    tagged: bool, cut: bool = False) -> tuple[object, list[IRStmt]]:
         """Bind every variable that ``v`` completes, walking up the provenance graph.
         ``start`` binds the loop being lowered to its first value (where tracked
-        positions are searched for)."""
+        positions are searched for). ``cut``: the loop's bound already stops at the end of
+        ``v``'s parent, which then needs no guard; the parent's own ancestors still do (a
+        split of a split's inner piece runs past the original variable's end)."""
         out: list[IRStmt] = []
         rel = self.prov.defining(v)
         if rel is None:
@@ -248,11 +252,11 @@ class DerivedLoops:
             pname = self.var(p)
             out.append(Decl("int64_t", pname, value))
             plo, phi = self.range_of(p, scope)
-            if not tagged:
+            if not cut and not tagged:
                 out.append(If(Bin(">=", Var(pname), phi), block(Break())))
-            elif not (v == rel.inner and isinstance(rel, (Split, Divide))):
-                # a parallel outer piece recovering the parent (the pieces reordered): no
-                # break out of an OpenMP loop, and its bound does not cut the last block
+            elif not cut:
+                # no break out of an OpenMP or SIMD loop: a parallel piece recovering the
+                # parent past its end skips the body instead
                 self.guards.append(lt(Var(pname), phi))
             scope = scope.with_coord(p, Var(pname))
             if isinstance(self.prov.defining(p), Pos):
