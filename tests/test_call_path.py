@@ -265,6 +265,76 @@ int max_threads(void) {
         assert lib.chunk_for(rows, threads, work) == expected, (rows, threads, work)
 
 
+# work of a call that would run on every thread even after an idle pause (the tests of the
+# other rules call with it)
+BIG_WORK = "#define BIG_WORK ((int64_t)1 << 40)\n"
+
+
+def test_small_calls_after_an_idle_pause_run_on_one_thread() -> None:
+    """The prelude's idle rule: a call that chooses its thread count (0), has less than
+    COITER_IDLE_WORK units of work and comes more than 5 ms after the process's last kernel
+    call runs on one thread (waking sleeping workers cost this virtual machine 2-6 ms); the
+    call after it, or a larger call, does not; a requested count is kept and still counts as
+    a call. The last call's time lives in the cell handed in by coiter_share_last_call."""
+    lib = load_library(preamble("INT32_MAX") + """
+int64_t call_threads(int64_t n, int64_t work) { return coiter_call_threads(n, work); }
+int64_t now_ns(void) { return coiter_clock(); }
+int64_t idle_work(void) {
+#ifdef _OPENMP
+  return COITER_IDLE_WORK;
+#else
+  return 0;
+#endif
+}
+""")
+    lib.call_threads.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    lib.call_threads.restype = lib.now_ns.restype = lib.idle_work.restype = ctypes.c_int64
+    if lib.now_ns() == 0:  # built without OpenMP: every count passes through
+        assert [lib.call_threads(n, 10) for n in (0, 1, 2)] == [0, 1, 2]
+        return
+    if hasattr(lib, "coiter_use_load"):  # other processes' load is another test's
+        lib.coiter_use_load(None)
+    cell = ctypes.c_int64(0)
+    lib.coiter_share_last_call.argtypes = [ctypes.c_void_p]
+    lib.coiter_share_last_call(ctypes.addressof(cell))
+    small, big, ms = lib.idle_work() - 1, lib.idle_work(), 1_000_000
+    assert lib.call_threads(0, small) == 1  # the first call of the process
+    before = lib.now_ns()
+    assert lib.call_threads(0, small) == 0  # right after it: the workers are awake
+    assert before <= cell.value <= lib.now_ns()  # the call wrote the shared cell
+    cell.value = lib.now_ns() - 6 * ms  # 6 ms of quiet
+    assert lib.call_threads(0, big) == 0  # enough work to wait for a worker
+    cell.value = lib.now_ns() - 6 * ms
+    assert lib.call_threads(0, small) == 1 and lib.call_threads(0, small) == 0
+    cell.value = lib.now_ns() - 6 * ms
+    assert lib.call_threads(2, small) == 2  # a requested count is kept ...
+    assert lib.call_threads(0, small) == 0  # ... and was a call
+    cell.value = lib.now_ns() - 4 * ms  # under 5 ms: no pause
+    assert lib.call_threads(0, small) == 0
+
+
+def test_every_kernel_library_shares_the_last_call_cell() -> None:
+    """The runtime hands each kernel library it loads the process's last-call cell: two
+    kernels write the same cell, and a kernel called after an idle pause with the default
+    thread count computes SciPy's values."""
+    from coiter.runtime import load
+
+    A = sp.random(300, 200, density=0.05, random_state=3, format="csr")
+    x = np.random.default_rng(4).random(200)
+    spmv = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    add = coiter.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
+    before = load._LAST_CALL.value
+    spmv(A=A, x=x)
+    middle = load._LAST_CALL.value
+    C = add(A=A, B=A)
+    after = load._LAST_CALL.value
+    if after:  # built with OpenMP (without it kernels keep no clock)
+        assert before < middle < after
+    time.sleep(0.02)
+    np.testing.assert_allclose(spmv(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
+    np.testing.assert_allclose(C.to_numpy(), (A + A).toarray(), rtol=1e-12)
+
+
 def test_late_teams_send_the_next_calls_to_one_thread() -> None:
     """The prelude's backoff: after two regions in a row whose thread 0 waited, at the
     region's start or end, longer than it worked (a worker waited for a busy core), the calls
@@ -273,8 +343,8 @@ def test_late_teams_send_the_next_calls_to_one_thread() -> None:
     core) changes nothing; a requested count is kept; a region that did not wait resets both.
     (Clock readings around each step bound the expected times, so a test process descheduled
     meanwhile still checks exactly.)"""
-    source = preamble("INT32_MAX") + """
-int64_t call_threads(int64_t n) { return coiter_call_threads(n); }
+    source = preamble("INT32_MAX") + BIG_WORK + """
+int64_t call_threads(int64_t n) { return coiter_call_threads(n, BIG_WORK); }
 int64_t now_ns(void) { return coiter_clock(); }
 void team_done(int64_t start, int64_t entered, int64_t first_done) {
   coiter_team_done(start, entered, first_done);
@@ -388,8 +458,8 @@ def test_default_threads_leave_the_cores_other_processes_use() -> None:
     spinning process on every core its calls that choose their thread count are held to one
     thread once a period is over; requested counts are kept."""
     probe = _load_probe()
-    lib = load_library(preamble("INT32_MAX") + """
-int64_t call_threads(int64_t n) { return coiter_call_threads(n); }
+    lib = load_library(preamble("INT32_MAX") + BIG_WORK + """
+int64_t call_threads(int64_t n) { return coiter_call_threads(n, BIG_WORK); }
 int max_threads(void) {
 #ifdef _OPENMP
   return omp_get_max_threads();

@@ -189,7 +189,7 @@ def _threads_or_serial(parallel_loop: str, call: str, serial_call: str) -> str:
                 "      }\n"
                 "      coiter_team_done(coiter_team_start, coiter_team_entered, coiter_team_first_done);\n"
                 "    }\n")
-    return (f"  coiter_nthreads = coiter_call_threads(coiter_nthreads);\n"
+    return (f"  coiter_nthreads = coiter_call_threads(coiter_nthreads, coiter_work);\n"
             f"  if (COITER_THREADS() > 1) {{\n{parallel}  }} else {{\n    {serial_call};\n  }}\n"
             f"  return 0;\n}}")
 

@@ -94,7 +94,9 @@ class Kernel:
         ``threads`` sets the number of OpenMP threads of parallel loops for this call.
         By default it is ``OMP_NUM_THREADS`` (else every core), limited to one thread
         per 16384 stored values the call reads and writes, so that small calls run
-        serially; pass an operand named ``threads`` through :meth:`run`."""
+        serially (and so does a call of under 2**20 values that comes 5 ms or more after the
+        process's last kernel call, whose OpenMP workers may have gone to sleep); pass an
+        operand named ``threads`` through :meth:`run`."""
         if self.gathers:
             operands = self._gathered(operands)
         plan = self._plan

@@ -1939,7 +1939,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
         if self.region is None:
             epilogue += self._workspace_frees()
         if self.target == "c":  # one thread count for the whole call (see the C prelude)
-            prologue.insert(0, IRAssign(Var(THREADS_PARAM), Call("coiter_call_threads", (Var(THREADS_PARAM),))))
+            prologue.insert(0, IRAssign(Var(THREADS_PARAM), Call("coiter_call_threads", (Var(THREADS_PARAM), Var(WORK_PARAM)))))
         fn = Function(self.name, tuple(cparams),
                       drop_unread_zero_fill(block(prologue, body, epilogue, Return(Const(0))),
                                             self.append_written))
