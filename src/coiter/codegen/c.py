@@ -90,14 +90,9 @@ static inline void coiter_team_done(int64_t start, int64_t entered, int64_t firs
    late-team back-off above. */
 static int (*coiter_load_free)(int64_t now);
 void coiter_use_load(int (*free_cores)(int64_t now)) {{ coiter_load_free = free_cores; }}
-/* Calls after an idle pause. Once OpenMP's workers have stopped spinning and sleep, this
-   project's virtual machine took 2-6 ms to run one on the other core: SpMV of 400k entries at
-   threads=2 took 0.13 ms back to back and 5.8-6.6 ms after a 50-200 ms sleep, one thread
-   0.38-0.70 ms. So a call that chooses its own thread count, has less than COITER_IDLE_WORK
-   units of work and comes more than COITER_IDLE_NS after the process's last kernel call runs
-   on one thread; a burst of calls wakes the workers at its second call. The time of the last
-   call is one cell for the whole process (coiter.runtime.load hands each library its address
-   as it loads it; a library's own until then). -DCOITER_IDLE_WORK=0 turns the rule off. */
+/* Calls after an idle pause: waking sleeping OpenMP workers took this project's VM 2-6 ms, so
+   a small call that chooses its threads and comes COITER_IDLE_NS after the process's last
+   call (one cell, coiter_share_last_call) runs on one thread (docs/performance.md). */
 #ifndef COITER_IDLE_NS
 #define COITER_IDLE_NS ((int64_t)5000000)
 #endif
@@ -108,9 +103,8 @@ static int64_t coiter_own_last_call;
 static int64_t* coiter_last_call = &coiter_own_last_call;
 void coiter_share_last_call(int64_t* cell) {{ coiter_last_call = cell; }}
 /* the thread count a call runs with, read once as the kernel starts (so that its regions and
-   per-thread buffers agree): the caller's n; or 1 for a small call after an idle pause, or for
-   the period after a team that came late; or 0 (chosen by the work), -c where others left
-   only c cores free */
+   per-thread buffers agree): the caller's n; or 1 after an idle pause or a late team; or 0
+   (chosen by the work), -c where others left only c cores free */
 static inline int64_t coiter_call_threads(int64_t n, int64_t work) {{
   int64_t now = coiter_clock(), last = __atomic_exchange_n(coiter_last_call, now, __ATOMIC_RELAXED);
   if (n != 0) return n;
