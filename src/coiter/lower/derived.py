@@ -27,8 +27,8 @@ from ..concrete.stmt import Assign, Forall, Stmt, Where
 from ..errors import ScheduleError
 from ..formats.levels.base import ParentPos
 from ..ir.nodes import (
-    Assign as IRAssign, Bin, Break, Call, Const, Decl, If, IRExpr, IRStmt, Load, Min, Select, Var,
-    While, add, block, ceil_div, conj, lt, mul, sub,
+    Assign as IRAssign, Bin, Break, Call, Const, Decl, If, IRExpr, IRStmt, Load, Min, Var, While,
+    add, block, ceil_div, conj, lt, mul, sub,
 )
 from ..notation.ast import Access, IndexVar, rename_index
 
@@ -123,8 +123,8 @@ class DerivedLoops:
         out = {}
         for k in self._pos_levels(rel):
             lo, end = self._segment(rel.access, k, lo, end)
-            if parent.may_fail and not out:  # the parent's locate missed: no positions
-                lo, end = (Select(Bin(">=", parent.lo, Const(0)), x, Const(0)) for x in (lo, end))
+            if not out:  # the parent's locate missed: no positions
+                lo, end = parent.or_zero(lo), parent.or_zero(end)
             out[k] = (lo, end)
         return out
 
@@ -252,12 +252,14 @@ class DerivedLoops:
             pname = self.var(p)
             out.append(Decl("int64_t", pname, value))
             plo, phi = self.range_of(p, scope)
-            if not cut and not tagged:
-                out.append(If(Bin(">=", Var(pname), phi), block(Break())))
-            elif not cut:
+            if cut:
+                pass  # the loop's bound stops at the parent's end
+            elif tagged:
                 # no break out of an OpenMP or SIMD loop: a parallel piece recovering the
                 # parent past its end skips the body instead
                 self.guards.append(lt(Var(pname), phi))
+            else:
+                out.append(If(Bin(">=", Var(pname), phi), block(Break())))
             scope = scope.with_coord(p, Var(pname))
             if isinstance(self.prov.defining(p), Pos):
                 return self._from_position(self.prov.defining(p), p, scope, before, out, first)

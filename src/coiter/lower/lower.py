@@ -32,7 +32,7 @@ from ..formats.levels.base import Level, LevelNames, ParentPos
 from ..formats.storage import fill_key
 from ..ir.nodes import (
     Assign as IRAssign, Bin, Block, Call, Cast, Comment, Const, Decl, ExprStmt, For, Function,
-    If, IRExpr, IRStmt, Load, Max, Min, Param, Pragma, Return, Scoped, Select, THREADS_BRANCH, Un,
+    If, IRExpr, IRStmt, Load, Max, Min, Param, Pragma, Return, Scoped, THREADS_BRANCH, Un,
     Var, While, add, block, conj, eq, lt, mul,
 )
 from ..lattice.lattice import (
@@ -841,8 +841,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             load: IRExpr = Load(self.vals(e.tensor), where.lo)
             if where.hi is not None:  # duplicates of one coordinate: their values add up
                 load = Call("coiter_sum", (Var(self.vals(e.tensor)), where.lo, where.hi))
-            if where.may_fail:  # an absent entry reads as zero
-                load = Select(Bin(">=", where.lo, Const(0)), load, Const(0))
+            load = where.or_zero(load)  # an absent entry reads as zero
             if self.vtype[e.tensor] != ctype:
                 load = Cast(ctype, load)
             return load
@@ -1020,8 +1019,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             level = self.fmt(it.access.tensor).levels[it.level]
             parent = scope.pos.get((it.access, it.level - 1), ParentPos(Const(0)))
             begin, end = level.pos_bounds(names, parent, self._ancestors(scope, it.access, it.level))
-            if parent.may_fail:  # the parent's locate missed: nothing to walk
-                begin, end = (Select(Bin(">=", parent.lo, Const(0)), x, Const(0)) for x in (begin, end))
+            begin, end = parent.or_zero(begin), parent.or_zero(end)  # a missed locate: nothing to walk
             # (a subsection iterator's coordinates are offsets: it skips to the window's
             # start itself, and its positions reach past the window's end)
             if v in self.window and it.slice is None:

@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...errors import FormatError
-from ...ir.nodes import Const, IRExpr, IRStmt, Var, add
+from ...ir.nodes import Bin, Const, IRExpr, IRStmt, Select, Var, add
 
 # Padded storage (DIA, ELL, hash tables) keeps every slot of its rectangle. Past this many
 # slots per nonzero (plus an allowance for small inputs) packing refuses rather than
@@ -73,6 +73,11 @@ class ParentPos:
     def end(self) -> IRExpr:
         """One past the last parent position: ``hi``, or ``lo + 1`` for a single position."""
         return self.hi if self.hi is not None else add(self.lo, Const(1))
+
+    def or_zero(self, x: IRExpr) -> IRExpr:
+        """``x`` where the parent's locate found its entry, 0 where it missed (``lo < 0``):
+        an absent entry's value, or the bounds of an empty segment under it."""
+        return Select(Bin(">=", self.lo, Const(0)), x, Const(0)) if self.may_fail else x
 
 
 @dataclass(frozen=True)
