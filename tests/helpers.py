@@ -67,22 +67,23 @@ def generated_functions(source: str) -> str:
 
 def row_sums_in_order(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
     """``a @ x`` with each row's products added one by one from 0.0 in position order, as
-    coiter's row loops add them (the reference of the tests that compare bits)."""
-    out = np.zeros(a.shape[0])
+    coiter's row loops add them, in ``a``'s value type (the reference of the tests that
+    compare bits)."""
+    out = np.zeros(a.shape[0], a.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         for i in range(a.shape[0]):
-            total = np.float64(0.0)
+            total = a.dtype.type(0)
             for p in range(a.indptr[i], a.indptr[i + 1]):
                 total += a.data[p] * x[a.indices[p]]
             out[i] = total
     return out
 
 
-def lanes_sum(products: np.ndarray) -> np.float64:
-    """A run's products added as coiter_run_vdot adds them (coiter/lower/vector_runs.py):
-    lane j adds positions j, j + 8, ... from 0.0, and the lanes are added as
+def lanes_sum(products: np.ndarray) -> np.floating:
+    """A run's products added as coiter_run_vdot adds them (coiter/lower/vector_runs.py), in
+    their own type: lane j adds positions j, j + 8, ... from 0.0, and the lanes are added as
     ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))."""
-    lanes = [np.float64(0.0)] * 8
+    lanes = [products.dtype.type(0)] * 8
     for q, v in enumerate(products):
         lanes[q % 8] += v
     low = (lanes[0] + lanes[4]) + (lanes[2] + lanes[6])
@@ -91,8 +92,8 @@ def lanes_sum(products: np.ndarray) -> np.float64:
 
 
 def takes_lanes(lengths: np.ndarray) -> bool:
-    """Whether a double operand with these run lengths has its runs summed in lanes (the
-    kernel's flag): from 16 a run on average, or from 7.5 where coiter_runs_even (C prelude:
+    """Whether a double or float operand with these run lengths has its runs summed in lanes
+    (the kernel's flag): from 16 a run on average, or from 7.5 where coiter_runs_even (C prelude:
     of 16 runs spread over all, 14 as long as the middle one) finds them uneven."""
     stored, runs = int(np.sum(lengths)), len(lengths)
     even = runs >= 16 and sum(lengths[j * (runs // 16) + runs // 32] == lengths[runs // 2]
@@ -102,14 +103,15 @@ def takes_lanes(lengths: np.ndarray) -> bool:
 
 def row_sums_in_lanes(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
     """``a @ x`` with each row's products summed as :func:`lanes_sum` adds them, added to
-    the row's 0.0."""
+    the row's 0.0, in ``a``'s value type."""
+    zero = a.dtype.type(0)
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.array([np.float64(0.0) + lanes_sum(a.data[s:e] * x[a.indices[s:e]])
-                         for s, e in zip(a.indptr[:-1], a.indptr[1:])])
+        return np.array([zero + lanes_sum(a.data[s:e] * x[a.indices[s:e]])
+                         for s, e in zip(a.indptr[:-1], a.indptr[1:])], a.dtype)
 
 
 def row_sums_as_coiter(a: sp.csr_array, x: np.ndarray) -> np.ndarray:
-    """``a @ x`` in the order coiter's double SpMV adds each row: in lanes where the matrix's
+    """``a @ x`` in the order coiter's double or float SpMV adds each row: in lanes where the matrix's
     rows take them (:func:`takes_lanes`), else one by one (the short-run, eight-row and loop
     versions all keep that order)."""
     return (row_sums_in_lanes if takes_lanes(np.diff(a.indptr)) else row_sums_in_order)(a, x)

@@ -1,8 +1,9 @@
 """Runs of up to SHORT_RUN positions summed without a loop (coiter/lower/short_runs.py).
 
 The helper must add a run's products one by one in position order, as the loop does: every
-result equals, bit for bit, a Python sum in that order, for both index widths, both settings
-of the single-runs flag (runs averaging under 1.5 positions or not), 1 and 2 threads, and both
+result equals, bit for bit, a Python sum in that order, for double and float values
+(``coiter_run_dot_*``, ``coiter_run_dotf_*``), both index widths, both settings of the
+single-runs flag (runs averaging under 1.5 positions or not), 1 and 2 threads, and both
 helpers: the one that gathers (fast gathers) and the one that reads four positions whole with
 plain loads. Values span 16 orders of magnitude so that another order would show."""
 from __future__ import annotations
@@ -46,19 +47,20 @@ def _source(kernel: coiter.Kernel) -> str:
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(sorted(LENGTHS)),
        rows=st.integers(0, 60), index=st.sampled_from([np.int32, np.int64]),
-       threads=st.sampled_from([1, 2]))
+       threads=st.sampled_from([1, 2]), dtype=st.sampled_from([np.float64, np.float32]))
 # one "mixed" row of 11: the lanes' order, which a one-by-one reference took for a wrong sum
-@example(seed=0, kind="mixed", rows=1, index=np.int32, threads=1)
+@example(seed=0, kind="mixed", rows=1, index=np.int32, threads=1, dtype=np.float64)
 def test_short_runs_add_in_the_loops_order(seed: int, kind: str, rows: int, index: type,
-                                           threads: int) -> None:
+                                           threads: int, dtype: type) -> None:
     rng = np.random.default_rng(seed)
     n = 40
-    a = csr_with_lengths(rng, rng.choice(LENGTHS[kind], rows).tolist(), n, index)
-    x = spread_values(rng, n)
-    k = coiter.compile(SPMV, formats={"A": "csr"})
+    a = csr_with_lengths(rng, rng.choice(LENGTHS[kind], rows).tolist(), n, index).astype(dtype)
+    x = spread_values(rng, n).astype(dtype)
+    k = coiter.compile(SPMV, formats={"A": "csr"}, dtype=dtype)
     got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
-    assert np.array_equal(got, row_sums_as_coiter(a, x))
-    assert f"coiter_run_dot_{'i32' if index == np.int32 else 'i64'}(" in _source(k)
+    assert got.dtype == dtype and np.array_equal(got, row_sums_as_coiter(a, x))
+    value = "f" if dtype == np.float32 else ""
+    assert f"coiter_run_dot{value}_{'i32' if index == np.int32 else 'i64'}(" in _source(k)
 
 
 def test_lanes_past_a_run_add_nothing() -> None:
@@ -138,16 +140,16 @@ def test_ttv_fibers_sum_in_order_at_any_thread_count() -> None:
     assert "coiter_run_dot_i32(" in _source(k)
 
 
-def test_only_double_products_of_a_run_and_a_gather_take_the_helper() -> None:
-    """float32 values, and a product whose dense factor is not indexed by the run's
+def test_only_products_of_a_run_and_a_gather_take_the_helper() -> None:
+    """Integer values, and a product whose dense factor is not indexed by the run's
     coordinate, keep the loop; their values still match SciPy."""
     rng = np.random.default_rng(5)
     a = csr_with_lengths(rng, [SHORT_RUN, 1, 0, 3], 6, np.int32)
-    k32 = coiter.compile(SPMV, formats={"A": "csr"})
-    a32 = a.astype(np.float32)
-    x32 = np.arange(1.0, 7.0, dtype=np.float32)
-    np.testing.assert_allclose(k32(A=a32, x=x32).to_numpy(), a32 @ x32, rtol=1e-5)
-    assert "coiter_run_dot" not in _source(k32)
+    k64 = coiter.compile(SPMV, formats={"A": "csr"}, dtype=np.int64)
+    a64 = sp.csr_array((np.arange(1, a.nnz + 1), a.indices, a.indptr), shape=a.shape)
+    x64 = np.arange(1, 7)
+    np.testing.assert_array_equal(k64(A=a64, x=x64).to_numpy(), a64 @ x64)
+    assert "coiter_run_dot" not in _source(k64)
     scaled = coiter.compile("y(i) = A(i,j) * b(i)", formats={"A": "csr"})
     b = rng.standard_normal(4)
     np.testing.assert_allclose(scaled(A=a, b=b).to_numpy(), (a.sum(axis=1)) * b, rtol=1e-12)

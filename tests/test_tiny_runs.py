@@ -1,10 +1,10 @@
 """Rows of one or two positions summed eight at a time (``coiter_rows_dot_i32``/``_i64`` in the
-C prelude, coiter/lower/tiny_runs.py).
+C prelude for double values, ``coiter_rows_dotf_*`` for float; coiter/lower/tiny_runs.py).
 
 Each lane must add its row's products one by one from 0.0 in position order, as the row loop
 does: every result equals, bit for bit, a Python sum in that order. Row lengths put groups of
 eight rows on both sides of the helper's 16-position window and past its eight vector steps,
-row counts leave tails of 0 to 7 rows; both index widths, 1 and 2 threads, with and without
+row counts leave tails of 0 to 7 rows; both value types and index widths, 1 and 2 threads, with and without
 AVX-512 (``-mno-avx512f``: the helper's plain loop). Values span 16 orders of magnitude and
 include inf, NaN and -0.0, so another order or a lane added twice would show."""
 from __future__ import annotations
@@ -38,32 +38,34 @@ def _tiny_lengths(rng: np.random.Generator, rows: int) -> list[int]:
 
 
 def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.shape == want.shape
+    assert got.shape == want.shape and got.dtype == want.dtype
     nan = np.isnan(want)
     np.testing.assert_array_equal(np.isnan(got), nan)
-    np.testing.assert_array_equal(got[~nan].view(np.int64), want[~nan].view(np.int64))
+    bits = f"i{want.itemsize}"
+    np.testing.assert_array_equal(got[~nan].view(bits), want[~nan].view(bits))
 
 
-def _takes_helper(k: coiter.Kernel, suffix: str) -> bool:
-    return all(f"coiter_rows_dot_{suffix}(" in generated_functions(v.source)
-               for v in k.core.variants())
+def _takes_helper(k: coiter.Kernel, suffix: str, dtype: type = np.float64) -> bool:
+    name = f"coiter_rows_dot{'f' if dtype == np.float32 else ''}_{suffix}("
+    return all(name in generated_functions(v.source) for v in k.core.variants())
 
 
 @pytest.mark.parametrize("flags", list(CFLAGS))
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 90),
-       index=st.sampled_from([np.int32, np.int64]), threads=st.sampled_from([1, 2]))
+       index=st.sampled_from([np.int32, np.int64]), threads=st.sampled_from([1, 2]),
+       dtype=st.sampled_from([np.float64, np.float32]))
 def test_rows_add_in_the_loops_order(flags: str, seed: int, rows: int, index: type,
-                                     threads: int) -> None:
+                                     threads: int, dtype: type) -> None:
     rng = np.random.default_rng(seed)
     n = 40
-    a = csr_with_lengths(rng, _tiny_lengths(rng, rows), n, index, special=0.05)
-    x = spread_values(rng, n, special=0.05)
+    a = csr_with_lengths(rng, _tiny_lengths(rng, rows), n, index, special=0.05).astype(dtype)
+    x = spread_values(rng, n, special=0.05).astype(dtype)
     with cflags(flags):
-        k = coiter.compile(SPMV, formats={"A": "csr"})
+        k = coiter.compile(SPMV, formats={"A": "csr"}, dtype=dtype)
         got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
     _same_bits(got, row_sums_in_order(a, x))
-    assert _takes_helper(k, "i32" if index == np.int32 else "i64")
+    assert _takes_helper(k, "i32" if index == np.int32 else "i64", dtype)
 
 
 def test_every_row_of_a_parallel_loop_is_written() -> None:
@@ -94,25 +96,28 @@ def test_scheduled_parallel_loops_call_the_helper_per_chunk(chunking: str, rows:
     assert f"i_chunk * {rows}, COITER_MIN(i_chunk * {rows} + {rows}, y1_dimension)" in k.source
 
 
-def test_ttv_fibers() -> None:
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_ttv_fibers(dtype: type) -> None:
     """TTV over a CSF tensor whose fibers hold one or two entries: the result shares the
     tensor's first levels and each fiber's value is its one-by-one sum, at 1 and 2 threads."""
     rng = np.random.default_rng(3)
     shape = (30, 40, 50)
-    dense = np.where(rng.random(shape) < 0.01, spread_values(rng, 60000).reshape(shape), 0.0)
-    c = spread_values(rng, 50)
+    dense = np.where(rng.random(shape) < 0.01, spread_values(rng, 60000).reshape(shape), 0.0).astype(dtype)
+    c = spread_values(rng, 50).astype(dtype)
     coords = np.array(np.nonzero(dense))
     fibers = sp.csr_array(dense.reshape(-1, 50))
     fibers = sp.csr_array(fibers[np.diff(fibers.indptr) > 0])
     assert fibers.nnz < TINY_AVERAGE * fibers.shape[0]
-    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": coiter.csf(3), "A": coiter.csf(2)})
+    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": coiter.csf(3), "A": coiter.csf(2)},
+                       dtype=dtype)
     b = coiter.Tensor.from_coo(coords, dense[tuple(coords)], dense.shape, format=coiter.csf(3))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
     for threads in (1, 2):
         got = k(B=b, c=c, threads=threads)
         _same_bits(got.storage.vals, row_sums_in_order(fibers, c))
-        np.testing.assert_allclose(got.to_numpy(), np.einsum("ijk,k->ij", dense, c),
-                                   rtol=1e-12, atol=1e-300)
-    assert _takes_helper(k, "i32")
+        np.testing.assert_allclose(got.to_numpy(), np.einsum("ijk,k->ij", dense.astype(np.float64), c),
+                                   rtol=tol, atol=1e-300)
+    assert _takes_helper(k, "i32", dtype)
 
 
 def test_a_far_vector_keeps_the_loop() -> None:
@@ -127,19 +132,19 @@ def test_a_far_vector_keeps_the_loop() -> None:
 
 
 def test_other_row_bodies_keep_the_loop() -> None:
-    """float32 values, a factor indexed by the row (not the run's coordinate), a sum added to
+    """Integer values, a factor indexed by the row (not the run's coordinate), a sum added to
     the result (``+=`` of a second statement's loop) and a DCSR matrix (whose rows' results
     are scattered) keep their loops; their values match SciPy."""
     rng = np.random.default_rng(5)
     a = csr_with_lengths(rng, [1, 2, 0, 1, 1, 3, 1, 0, 1, 2], 6, np.int32)
     x = rng.standard_normal(6)
-    k32 = coiter.compile(SPMV, formats={"A": "csr"})
-    a32, x32 = a.astype(np.float32), x.astype(np.float32)
-    np.testing.assert_allclose(k32(A=a32, x=x32).to_numpy(), a32 @ x32, rtol=1e-5)
+    k64 = coiter.compile(SPMV, formats={"A": "csr"}, dtype=np.int64)
+    a64 = sp.csr_array((np.arange(1, a.nnz + 1), a.indices, a.indptr), shape=a.shape)
+    np.testing.assert_array_equal(k64(A=a64, x=np.arange(6)).to_numpy(), a64 @ np.arange(6))
     scaled = coiter.compile("y(i) = A(i,j) * b(i)", formats={"A": "csr"})
     b = rng.standard_normal(10)
     np.testing.assert_allclose(scaled(A=a, b=b).to_numpy(), a.sum(axis=1) * b, rtol=1e-12)
     dcsr = coiter.compile(SPMV, formats={"A": "dcsr"})
     np.testing.assert_allclose(dcsr(A=a, x=x).to_numpy(), a @ x, rtol=1e-12)
-    for k in (k32, scaled, dcsr):
+    for k in (k64, scaled, dcsr):
         assert "coiter_rows_dot" not in "".join(generated_functions(v.source) for v in k.core.variants())

@@ -3,8 +3,9 @@
 The helper changes the order of a run's additions, so the tests pin the order itself: every
 result equals, bit for bit, a Python sum in the documented order (lane j adds positions j,
 j + 8, ... from 0.0; the lanes added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)))
-where the operand's runs take the helper, and the one-by-one sum where they do not. Both
-helpers give the same bits: the vector loop (fast gathers) and the scalar one (kernels built
+where the operand's runs take the helper, and the one-by-one sum where they do not, for
+double values (``coiter_run_vdot_*``) and float ones (``coiter_run_vdotf_*``). Both helpers
+give the same bits: the vector loop (fast gathers) and the scalar one (kernels built
 without AVX-512, or with COITER_FAST_GATHER=0). Values span 16 orders of magnitude so that
 another order would show."""
 from __future__ import annotations
@@ -35,18 +36,21 @@ def helper(request: pytest.FixtureRequest) -> Iterator[str]:
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), average=st.sampled_from([4, 7, 8, 12, 16, 40]),
        rows=st.sampled_from([5, 24, 300]), index=st.sampled_from([np.int32, np.int64]),
-       threads=st.sampled_from([1, 2]), special=st.sampled_from([0.0, 0.05]))
+       threads=st.sampled_from([1, 2]), special=st.sampled_from([0.0, 0.05]),
+       dtype=st.sampled_from([np.float64, np.float32]))
 def test_spmv_rows_in_the_documented_order(seed: int, average: int, rows: int, index: type,
-                                           threads: int, special: float) -> None:
+                                           threads: int, special: float, dtype: type) -> None:
     """Row lengths spread around the average (empty rows, rows shorter than a lane group and
-    rows of several groups and a tail), both index widths, inf, NaN and signed zeros."""
+    rows of several groups and a tail), both value types and index widths, inf, NaN and
+    signed zeros."""
     rng = np.random.default_rng(seed)
     n = 200
     lengths = np.minimum(rng.integers(0, 2 * average + 1, rows), n)
-    a = csr_with_lengths(rng, lengths.tolist(), n, index, special)
-    x = rng.standard_normal(n) * 10.0 ** rng.uniform(-4, 4, n)
-    k = coiter.compile(SPMV, formats={"A": "csr"})
+    a = csr_with_lengths(rng, lengths.tolist(), n, index, special).astype(dtype)
+    x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-4, 4, n)).astype(dtype)
+    k = coiter.compile(SPMV, formats={"A": "csr"}, dtype=dtype)
     got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
+    assert got.dtype == dtype
     np.testing.assert_array_equal(got, row_sums_as_coiter(a, x))
 
 
@@ -91,23 +95,25 @@ def test_column_sums_and_runs_below_a_compressed_level(fmt: str) -> None:
         np.testing.assert_array_equal(got, row_sums_in_lanes(m, x))
 
 
+@pytest.mark.parametrize("dtype, helper", [(np.float64, "coiter_run_vdot_i"),
+                                           (np.float32, "coiter_run_vdotf_i")])
 @pytest.mark.parametrize("formats", [{"B": "sss", "A": "ss"}, {"B": "sss", "A": "ds"}])
-def test_ttv_fibers(formats: dict[str, str]) -> None:
+def test_ttv_fibers(formats: dict[str, str], dtype: type, helper: str) -> None:
     """TTV sums each fiber of a CSF tensor: the same helper, also where the result is
     assembled in a parallel region with labels (each loop tests the flag itself)."""
     rng = np.random.default_rng(4)
-    dense = rng.standard_normal((12, 10, 90)) * (rng.random((12, 10, 90)) < 0.12)
+    dense = (rng.standard_normal((12, 10, 90)) * (rng.random((12, 10, 90)) < 0.12)).astype(dtype)
     b = coiter.Tensor.from_numpy(dense, format=formats["B"])
-    c = rng.standard_normal(90)
+    c = rng.standard_normal(90).astype(dtype)
     fibers = sp.csr_array(dense.reshape(120, 90))
     fibers = fibers[np.diff(fibers.indptr) > 0]
     assert takes_lanes(np.diff(fibers.indptr))
     want = row_sums_in_lanes(fibers, c)
-    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats=formats)
-    assert "coiter_run_vdot_i" in generated_functions(k.source)
+    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats=formats, dtype=dtype)
+    assert helper in generated_functions(k.source)
     for threads in (1, 2):
         coords, vals = k(B=b, c=c, threads=threads).storage.to_coords()
         nonempty = np.abs(dense).sum(axis=2) > 0
-        got = np.zeros((12, 10))
+        got = np.zeros((12, 10), dtype)
         got[tuple(coords)] = vals
         np.testing.assert_array_equal(got[nonempty], want)

@@ -408,10 +408,11 @@ static void* coiter_grow(void* p, int64_t old_n, int64_t new_n, size_t elt) {{
   return q;
 }}
 """),
-    (('coiter_run_dot_i32', 'coiter_run_dot_i64'), """\
+    (('coiter_run_dot_i32', 'coiter_run_dot_i64', 'coiter_run_dotf_i32', 'coiter_run_dotf_i64'), """\
 /* t + v[p] * c[k[p]] for p in s..s+n, n <= 4, added one by one in position order as the
    loop would (lower/short_runs.py), without a loop exit to mispredict; lanes past the run add
-   -0.0, which leaves any sum as it is. e: the positions stored (v and k hold at least e).
+   -0.0, which leaves any sum as it is: coiter_run_dot_* for double values, coiter_run_dotf_*
+   for float. e: the positions stored (v and k hold at least e).
    Where gathers are fast, masked loads and a masked gather read the run alone. Elsewhere the
    four positions from s are read whole, the next run's included, as long as they lie below
    e (else the loop runs): plain loads cost less than masks whose lengths come late, and x
@@ -426,6 +427,13 @@ static inline double coiter_run_add4(double t, __m256d p) {{
   t += _mm_cvtsd_f64(hi);
   return t + _mm_cvtsd_f64(_mm_unpackhi_pd(hi, hi));
 }}
+static inline float coiter_run_add4f(float t, __m128 p) {{
+  __m128 hi = _mm_movehl_ps(p, p);
+  t += _mm_cvtss_f32(p);
+  t += _mm_cvtss_f32(_mm_movehdup_ps(p));
+  t += _mm_cvtss_f32(hi);
+  return t + _mm_cvtss_f32(_mm_movehdup_ps(hi));
+}}
 #endif
 #if defined(__AVX512F__) && defined(__AVX512VL__) && COITER_FAST_GATHER
 #define COITER_RUN_DOT(suffix, index_t, load, gather) \\
@@ -438,6 +446,16 @@ static inline double coiter_run_dot_##suffix(double t, const double* restrict v,
 }}
 COITER_RUN_DOT(i32, int32_t, _mm_maskz_loadu_epi32, _mm256_mmask_i32gather_pd)
 COITER_RUN_DOT(i64, int64_t, _mm256_maskz_loadu_epi64, _mm256_mmask_i64gather_pd)
+#define COITER_RUN_DOTF(suffix, index_t, load, gather) \\
+static inline float coiter_run_dotf_##suffix(float t, const float* restrict v, const index_t* restrict k, \\
+                                             const float* restrict c, int64_t s, int64_t n, int64_t e) {{ \\
+  (void)e; \\
+  __mmask8 m = (__mmask8)((1u << n) - 1); \\
+  __m128 y = gather(_mm_setzero_ps(), m, load(m, k + s), c, 4); \\
+  return coiter_run_add4f(t, _mm_mask_mul_ps(_mm_set1_ps(-0.0f), m, _mm_maskz_loadu_ps(m, v + s), y)); \\
+}}
+COITER_RUN_DOTF(i32, int32_t, _mm_maskz_loadu_epi32, _mm_mmask_i32gather_ps)
+COITER_RUN_DOTF(i64, int64_t, _mm256_maskz_loadu_epi64, _mm256_mmask_i64gather_ps)
 #elif defined(__AVX2__)
 #define COITER_RUN_DOT(suffix, index_t) \\
 static inline double coiter_run_dot_##suffix(double t, const double* restrict v, const index_t* restrict k, \\
@@ -454,16 +472,32 @@ static inline double coiter_run_dot_##suffix(double t, const double* restrict v,
 }}
 COITER_RUN_DOT(i32, int32_t)
 COITER_RUN_DOT(i64, int64_t)
+#define COITER_RUN_DOTF(suffix, index_t) \\
+static inline float coiter_run_dotf_##suffix(float t, const float* restrict v, const index_t* restrict k, \\
+                                             const float* restrict c, int64_t s, int64_t n, int64_t e) {{ \\
+  if (s + 4 > e) {{ \\
+    for (int64_t p = s; p < s + n; p++) t += v[p] * c[k[p]]; \\
+    return t; \\
+  }} \\
+  const index_t* q = k + s; \\
+  __m128 y = _mm_set_ps(c[q[3]], c[q[2]], c[q[1]], c[q[0]]); \\
+  __m128 keep = _mm_castsi128_ps(_mm_cmpgt_epi32(_mm_set1_epi32((int)n), _mm_set_epi32(3, 2, 1, 0))); \\
+  return coiter_run_add4f(t, _mm_blendv_ps(_mm_set1_ps(-0.0f), _mm_mul_ps(_mm_loadu_ps(v + s), y), keep)); \\
+}}
+COITER_RUN_DOTF(i32, int32_t)
+COITER_RUN_DOTF(i64, int64_t)
 #else
-#define COITER_RUN_DOT(suffix, index_t) \\
-static inline double coiter_run_dot_##suffix(double t, const double* restrict v, const index_t* restrict k, \\
-                                             const double* restrict c, int64_t s, int64_t n, int64_t e) {{ \\
+#define COITER_RUN_DOT(name, value_t, index_t) \\
+static inline value_t name(value_t t, const value_t* restrict v, const index_t* restrict k, \\
+                           const value_t* restrict c, int64_t s, int64_t n, int64_t e) {{ \\
   (void)e; \\
   for (int64_t p = s; p < s + n; p++) t += v[p] * c[k[p]]; \\
   return t; \\
 }}
-COITER_RUN_DOT(i32, int32_t)
-COITER_RUN_DOT(i64, int64_t)
+COITER_RUN_DOT(coiter_run_dot_i32, double, int32_t)
+COITER_RUN_DOT(coiter_run_dot_i64, double, int64_t)
+COITER_RUN_DOT(coiter_run_dotf_i32, float, int32_t)
+COITER_RUN_DOT(coiter_run_dotf_i64, float, int64_t)
 #endif
 """),
     (('coiter_runs_even',), """\
@@ -487,12 +521,13 @@ COITER_RUNS_EVEN(i64, int64_t)
   _Generic((pos), const int32_t*: coiter_runs_even_i32, int32_t*: coiter_runs_even_i32, \\
            const int64_t*: coiter_runs_even_i64, int64_t*: coiter_runs_even_i64)(pos, runs)
 """),
-    (('coiter_run_vdot_i32', 'coiter_run_vdot_i64'), """\
+    (('coiter_run_vdot_i32', 'coiter_run_vdot_i64', 'coiter_run_vdotf_i32', 'coiter_run_vdotf_i64'), """\
 /* the sum of v[p] * c[k[p]] for p in s..e in eight lanes (lower/vector_runs.py): lane j adds
    positions s + j, s + j + 8, ... one by one from 0.0, and the lanes are added as
-   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). The order depends on the run alone, so
-   every machine gets the same bits: where gathers are fast a vector loop with masked loads
-   (nothing past the run is read), elsewhere eight scalar sums in the same order */
+   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); coiter_run_vdot_* for double values,
+   coiter_run_vdotf_* for float. The order depends on the run alone, so every machine gets
+   the same bits: where gathers are fast a vector loop with masked loads (nothing past the
+   run is read), elsewhere eight scalar sums in the same order */
 #if defined(__AVX512F__) && defined(__AVX512VL__) && COITER_FAST_GATHER
 #include <immintrin.h>
 #define COITER_RUN_VDOT(suffix, index_t, load, gather) \\
@@ -510,35 +545,52 @@ static inline double coiter_run_vdot_##suffix(const double* restrict v, const in
 }}
 COITER_RUN_VDOT(i32, int32_t, _mm256_maskz_loadu_epi32, _mm512_mask_i32gather_pd)
 COITER_RUN_VDOT(i64, int64_t, _mm512_maskz_loadu_epi64, _mm512_mask_i64gather_pd)
+#define COITER_RUN_VDOTF(suffix, index_t, load, gather) \\
+static inline float coiter_run_vdotf_##suffix(const float* restrict v, const index_t* restrict k, \\
+                                              const float* restrict c, int64_t s, int64_t e) {{ \\
+  __m256 t = _mm256_setzero_ps(); \\
+  for (int64_t p = s; p < e; p += 8) {{ \\
+    __mmask8 m = (__mmask8)((1u << (e - p < 8 ? e - p : 8)) - 1); \\
+    __m256 x = gather(_mm256_setzero_ps(), m, load(m, k + p), c, 4); \\
+    t = _mm256_mask_add_ps(t, m, t, _mm256_mul_ps(_mm256_maskz_loadu_ps(m, v + p), x)); \\
+  }} \\
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)); \\
+  __m128 g = _mm_add_ps(h, _mm_movehl_ps(h, h)); \\
+  return _mm_cvtss_f32(_mm_add_ss(g, _mm_movehdup_ps(g))); \\
+}}
+COITER_RUN_VDOTF(i32, int32_t, _mm256_maskz_loadu_epi32, _mm256_mmask_i32gather_ps)
+COITER_RUN_VDOTF(i64, int64_t, _mm512_maskz_loadu_epi64, _mm512_mask_i64gather_ps)
 #else
-#define COITER_RUN_VDOT(suffix, index_t) \\
-static inline double coiter_run_vdot_##suffix(const double* restrict v, const index_t* restrict k, \\
-                                              const double* restrict c, int64_t s, int64_t e) {{ \\
-  double l[8] = {{0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}}; \\
+#define COITER_RUN_VDOT(name, value_t, index_t) \\
+static inline value_t name(const value_t* restrict v, const index_t* restrict k, \\
+                           const value_t* restrict c, int64_t s, int64_t e) {{ \\
+  value_t l[8] = {{0, 0, 0, 0, 0, 0, 0, 0}}; \\
   int64_t p = s; \\
   for (; p + 8 <= e; p += 8) \\
     for (int j = 0; j < 8; j++) l[j] += v[p + j] * c[k[p + j]]; \\
   for (int j = 0; p + j < e; j++) l[j] += v[p + j] * c[k[p + j]]; \\
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); \\
 }}
-COITER_RUN_VDOT(i32, int32_t)
-COITER_RUN_VDOT(i64, int64_t)
+COITER_RUN_VDOT(coiter_run_vdot_i32, double, int32_t)
+COITER_RUN_VDOT(coiter_run_vdot_i64, double, int64_t)
+COITER_RUN_VDOT(coiter_run_vdotf_i32, float, int32_t)
+COITER_RUN_VDOT(coiter_run_vdotf_i64, float, int64_t)
 #endif
 """),
-    (('coiter_rows_dot_i32', 'coiter_rows_dot_i64'), """\
+    (('coiter_rows_dot_i32', 'coiter_rows_dot_i64', 'coiter_rows_dotf_i32', 'coiter_rows_dotf_i64'), """\
 /* y[r] = the sum of v[p] * c[k[p]] for p in pos[r]..pos[r+1], for rows r in s..e, each
    sum added one by one in position order from 0.0 as the row loop would
-   (lower/tiny_runs.py). Eight rows go at once, a row per lane: step j adds position
-   pos[r] + j of each row still that long, so rows of one to a few positions cost no loop
-   exit each. Where the eight rows hold at most 16 positions, their values and coordinates
+   (lower/tiny_runs.py; coiter_rows_dot_* for double values, coiter_rows_dotf_* for float).
+   Eight rows go at once, a row per lane: step j adds position pos[r] + j of each row still
+   that long, so rows of one to a few positions cost no loop exit each. Where the eight rows hold at most 16 positions, their values and coordinates
    are loaded once (masked: nothing past them is read) and each step picks its lanes' by a
    permute, so that only c is gathered; otherwise each step gathers all three, and a row
    longer than COITER_ROW_LANE_STEPS goes on in a loop. Out of line: a parallel loop calls
    it on chunks of rows, its serial copy on all rows, and one copy compiles */
 #define COITER_ROW_LANE_STEPS 8
-#define COITER_ROWS_TAIL(r, s0) \\
+#define COITER_ROWS_TAIL(value_t, r, s0) \\
   for (int64_t q = (r); q < (s0); q++) {{ \\
-    double t = 0.0; \\
+    value_t t = 0; \\
     for (int64_t p = pos[q]; p < pos[q + 1]; p++) t += v[p] * c[k[p]]; \\
     y[q] = t; \\
   }}
@@ -593,7 +645,7 @@ static COITER_OUT_OF_LINE void coiter_rows_dot_##suffix(double* restrict y, cons
       y[q] = u; \\
     }} \\
   }} \\
-  COITER_ROWS_TAIL(r, e) \\
+  COITER_ROWS_TAIL(double, r, e) \\
 }}
 COITER_ROWS_DOT(i32, int32_t, __m256i, _mm256_loadu_si256, _mm256_sub_epi32, _mm256_add_epi32,
                 _mm256_set1_epi32, _mm256_cmpgt_epi32_mask, _mm256_mmask_i32gather_epi32,
@@ -601,15 +653,69 @@ COITER_ROWS_DOT(i32, int32_t, __m256i, _mm256_loadu_si256, _mm256_sub_epi32, _mm
 COITER_ROWS_DOT(i64, int64_t, __m512i, _mm512_loadu_si512, _mm512_sub_epi64, _mm512_add_epi64,
                 _mm512_set1_epi64, _mm512_cmpgt_epi64_mask, _mm512_mask_i64gather_epi64,
                 _mm512_mask_i64gather_pd, COITER_WINDOW_I64, COITER_PICK_I64, COITER_WIDE_I64)
-#else
-#define COITER_ROWS_DOT(suffix, index_t) \\
-static COITER_OUT_OF_LINE void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
-                                                        const index_t* restrict k, const double* restrict v, \\
-                                                        const double* restrict c, int64_t s, int64_t e) {{ \\
-  COITER_ROWS_TAIL(s, e) \\
+/* the same for float: the eight rows' lanes in a 256-bit register, their (at most 16)
+   values in one 512-bit one, picked at 32-bit offsets */
+#define COITER_PICKF_I32(w, o) _mm512_castps512_ps256(_mm512_permutexvar_ps(_mm512_castsi256_si512(o), w))
+#define COITER_PICKF_I64(w, o) COITER_PICKF_I32(w, _mm512_cvtepi64_epi32(o))
+#define COITER_ROWS_DOTF(suffix, index_t, vec_t, load, sub, add, set1, cmpgt, gather_k, gather_ps, \\
+                         window, pick, pickf) \\
+static COITER_OUT_OF_LINE void coiter_rows_dotf_##suffix(float* restrict y, const index_t* restrict pos, \\
+                                                         const index_t* restrict k, const float* restrict v, \\
+                                                         const float* restrict c, int64_t s, int64_t e) {{ \\
+  int64_t r = s; \\
+  for (; r + 8 <= e; r += 8) {{ \\
+    vec_t lo = load((const void*)(pos + r)), n = sub(load((const void*)(pos + r + 1)), lo); \\
+    vec_t j = set1(0); \\
+    __m256 t = _mm256_setzero_ps(); \\
+    __mmask8 m = cmpgt(n, j); \\
+    int64_t b = pos[r], w = pos[r + 8] - b; \\
+    if (w <= 16) {{ \\
+      __mmask16 in = (__mmask16)((1u << w) - 1); \\
+      __m512 v0 = _mm512_maskz_loadu_ps(in, v + b); \\
+      window \\
+      vec_t o = sub(lo, set1(b)); \\
+      for (; m; j = add(j, set1(1)), m = cmpgt(n, j)) {{ \\
+        vec_t q = add(o, j); \\
+        __m256 x = gather_ps(_mm256_setzero_ps(), m, pick(q), c, 4); \\
+        t = _mm256_mask_add_ps(t, m, t, _mm256_mul_ps(pickf(v0, q), x)); \\
+      }} \\
+      _mm256_storeu_ps(y + r, t); \\
+      continue; \\
+    }} \\
+    for (int step = 0; m && step < COITER_ROW_LANE_STEPS; step++) {{ \\
+      vec_t p = add(lo, j); \\
+      __m256 x = gather_ps(_mm256_setzero_ps(), m, gather_k(set1(0), m, p, k, sizeof(index_t)), c, 4); \\
+      t = _mm256_mask_add_ps(t, m, t, _mm256_mul_ps(gather_ps(_mm256_setzero_ps(), m, p, v, 4), x)); \\
+      j = add(j, set1(1)); \\
+      m = cmpgt(n, j); \\
+    }} \\
+    _mm256_storeu_ps(y + r, t); \\
+    for (; m; m &= (__mmask8)(m - 1)) {{ \\
+      int64_t q = r + __builtin_ctz(m); \\
+      float u = y[q]; \\
+      for (int64_t p = pos[q] + COITER_ROW_LANE_STEPS; p < pos[q + 1]; p++) u += v[p] * c[k[p]]; \\
+      y[q] = u; \\
+    }} \\
+  }} \\
+  COITER_ROWS_TAIL(float, r, e) \\
 }}
-COITER_ROWS_DOT(i32, int32_t)
-COITER_ROWS_DOT(i64, int64_t)
+COITER_ROWS_DOTF(i32, int32_t, __m256i, _mm256_loadu_si256, _mm256_sub_epi32, _mm256_add_epi32,
+                 _mm256_set1_epi32, _mm256_cmpgt_epi32_mask, _mm256_mmask_i32gather_epi32,
+                 _mm256_mmask_i32gather_ps, COITER_WINDOW_I32, COITER_PICK_I32, COITER_PICKF_I32)
+COITER_ROWS_DOTF(i64, int64_t, __m512i, _mm512_loadu_si512, _mm512_sub_epi64, _mm512_add_epi64,
+                 _mm512_set1_epi64, _mm512_cmpgt_epi64_mask, _mm512_mask_i64gather_epi64,
+                 _mm512_mask_i64gather_ps, COITER_WINDOW_I64, COITER_PICK_I64, COITER_PICKF_I64)
+#else
+#define COITER_ROWS_DOT(name, value_t, index_t) \\
+static COITER_OUT_OF_LINE void name(value_t* restrict y, const index_t* restrict pos, \\
+                                    const index_t* restrict k, const value_t* restrict v, \\
+                                    const value_t* restrict c, int64_t s, int64_t e) {{ \\
+  COITER_ROWS_TAIL(value_t, s, e) \\
+}}
+COITER_ROWS_DOT(coiter_rows_dot_i32, double, int32_t)
+COITER_ROWS_DOT(coiter_rows_dot_i64, double, int64_t)
+COITER_ROWS_DOT(coiter_rows_dotf_i32, float, int32_t)
+COITER_ROWS_DOT(coiter_rows_dotf_i64, float, int64_t)
 #endif
 """),
     (('coiter_insertion_sort', 'coiter_qsort_index'), """\

@@ -25,8 +25,9 @@ more than repeated calls would teach the loop's exit branch (``coiter_runs_unlea
 80,000 bits per thread for the plain-load helper). :mod:`.sums` versions the kernel's
 statements on a flag computed before the loops (``if (A2_long_runs) { partial sums } else if
 (A2_short_runs) { helper } else { loops }``), and :mod:`.gathers` fetches x ahead before the
-calls as it does in the loops. Only runs whose values and gathered vector are ``double`` and
-whose coordinates are ``int32_t`` or ``int64_t`` qualify.
+calls as it does in the loops. Only runs whose sum, values and gathered vector are all
+``double`` (``coiter_run_dot_*``) or all ``float`` (``coiter_run_dotf_*``) and whose
+coordinates are ``int32_t`` or ``int64_t`` qualify.
 
 Measured on the benchmark suite's operands, old and new kernel in one process (1 thread, ms,
 loop -> helper). Gathers, on an Intel Xeon: CSR SpMV on USA-road-NE 14.3 -> 9.3,
@@ -46,7 +47,9 @@ from ..ir.nodes import Assign, Bin, Block, Call, Const, Decl, For, If, IRExpr, I
 
 SHORT_RUN = 4  # positions summed without a loop (the lanes of one 256-bit register)
 INDEX_SUFFIX = {"int32_t": "i32", "int64_t": "i64"}
-RUN_DOT = "coiter_run_dot_"  # the helper's name, before its index suffix
+# the value types the run helpers take, and the letter their names add (C's sqrt, sqrtf)
+VALUE_SUFFIX = {"double": "", "float": "f"}
+RUN_DOT = "coiter_run_dot"  # the helper's name, before its value and index suffixes
 # a loop over one run, the types of the variables declared around it, and the positions its
 # pos array's runs cover -> the loop rewritten, or None
 ShortRunSums = Callable[[For, dict[str, str], IRExpr], IRStmt | None]
@@ -68,7 +71,7 @@ class RunDot(NamedTuple):
 
 def run_dot(e: IRExpr) -> RunDot | None:
     """The arguments of ``e`` when it calls a short-run helper."""
-    if not (isinstance(e, Call) and e.fn.startswith(RUN_DOT)):
+    if not (isinstance(e, Call) and e.fn in _RUN_DOTS):
         return None
     assert all(isinstance(a, Var) for a in e.args[:4])  # as short_run_sums writes them
     return RunDot._make(e.args)
@@ -89,7 +92,7 @@ def short_run_sums(inputs: dict[str, str]) -> ShortRunSums:
             return None
         total, vals, crd, x = summed
         length = Bin("-", f.end, f.start)
-        dot = Call(f"{RUN_DOT}{INDEX_SUFFIX[inputs[crd]]}",
+        dot = Call(helper_name(RUN_DOT, inputs[vals], inputs[crd]),
                    tuple(RunDot(Var(total), Var(vals), Var(crd), Var(x), f.start, length, stored)))
         return If(Bin("<=", length, Const(SHORT_RUN)), Block((Assign(Var(total), dot),)),
                   Block((f,)))
@@ -97,19 +100,28 @@ def short_run_sums(inputs: dict[str, str]) -> ShortRunSums:
     return rewrite
 
 
+def helper_name(base: str, value: str, index: str) -> str:
+    """The C prelude's run helper ``base`` for ``value`` values and ``index`` coordinates:
+    ``coiter_run_dot_i32``, ``coiter_run_dotf_i64``, ..."""
+    return f"{base}{VALUE_SUFFIX[value]}_{INDEX_SUFFIX[index]}"
+
+
+_RUN_DOTS = frozenset(helper_name(RUN_DOT, v, i) for v in VALUE_SUFFIX for i in INDEX_SUFFIX)
+
+
 def product(f: For, scope: dict[str, str], inputs: dict[str, str],
              ) -> tuple[str, str, str, str] | None:
     """``(t, vals, crd, x)`` when ``f`` is a plain loop (no pragma, unrolling or GPU unit)
     whose body is ``[k = crd[p];] t += vals[p] * x[k]`` (either factor first) with
-    ``t``, ``vals`` and ``x`` double, ``crd`` a 32- or 64-bit index array, and every array a
-    read-only input."""
+    ``t``, ``vals`` and ``x`` all of one type of :data:`VALUE_SUFFIX`, ``crd`` a 32- or
+    64-bit index array, and every array a read-only input."""
     if f.pragma or f.unroll or f.unit:
         return None
     p = Var(f.var)
     *decls, last = f.body.stmts or (None,)
     if len(decls) > 1 or not (isinstance(last, Assign) and last.op == "+="
                               and isinstance(last.target, Var)
-                              and scope.get(last.target.name) == "double"
+                              and scope.get(last.target.name) in VALUE_SUFFIX
                               and isinstance(last.value, Bin) and last.value.op == "*"):
         return None
     coordinate = {d.name: d.init for d in decls if isinstance(d, Decl)}
@@ -121,7 +133,7 @@ def product(f: For, scope: dict[str, str], inputs: dict[str, str],
         # x's index: the coordinate declared first, or crd[p] itself
         index = coordinate.get(b.index.name) if isinstance(b.index, Var) else b.index
         if isinstance(index, Load) and index.index == p \
-                and inputs.get(a.array) == inputs.get(b.array) == "double" \
+                and inputs.get(a.array) == inputs.get(b.array) == scope[last.target.name] \
                 and inputs.get(index.array) in INDEX_SUFFIX:
             return last.target.name, a.array, index.array, b.array
     return None

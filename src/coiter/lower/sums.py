@@ -28,9 +28,9 @@ requires what makes its helper pay (C prelude): the eight-row helper fast gather
 AVX2's plain loads (``COITER_SHORT_RUNS``), and with plain loads run lengths that repeated
 calls would not teach the loop's exit branch (``coiter_runs_unlearned``).
 
-Sums of double products of a gathered vector (SpMV's, TTV's) whose runs average 7.5 or more
-and vary in length, or average 16 or more, take a fifth version, tested first, instead of
-the split: each run summed in eight vector lanes by a helper call (:mod:`.vector_runs`),
+Sums of double or float products of a gathered vector (SpMV's, TTV's) whose runs average
+7.5 or more and vary in length, or average 16 or more, take a fifth version, tested first,
+instead of the split: each run summed in eight vector lanes by a helper call (:mod:`.vector_runs`),
 faster than the plain loop there and than the four partial sums on every input measured.
 """
 from __future__ import annotations

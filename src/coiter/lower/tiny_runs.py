@@ -12,14 +12,15 @@ over rows whose body is only that sum, stored into the row's own result value::
       R[e] = t;
     }
 
-is instead one call of ``coiter_rows_dot_i32``/``_i64`` (C prelude), which takes eight rows
-at once, a row per vector lane: step ``j`` adds the product at position ``pos[e] + j`` of
-every row still that long into that row's lane (values and coordinates picked by a permute
-from the group's positions, loaded once where they are at most 16, else gathered; ``x``
-gathered). The group's branch is taken once per step, not once per row. Each lane adds its row's products one by one from ``0.0`` in
-position order, as the loop does, so results are bit for bit those of the loop. A parallel
-row loop becomes a loop over its schedule's chunks of rows (rounded up to whole groups), one
-call each; the helper is out of line, so that it is compiled once for both.
+is instead one call of ``coiter_rows_dot_i32``/``_i64`` (C prelude; ``coiter_rows_dotf_*``
+where the values are float), which takes eight rows at once, a row per vector lane: step ``j``
+adds the product at position ``pos[e] + j`` of every row still that long into that row's lane
+(values and coordinates picked by a permute from the group's positions, loaded once where they
+are at most 16, else gathered; ``x`` gathered). The group's branch is taken once per step, not
+once per row. Each lane adds its row's products one by one from ``0.0`` in position order, as
+the loop does, so results are bit for bit those of the loop. A parallel row loop becomes a
+loop over its schedule's chunks of rows (rounded up to whole groups), one call each; the
+helper is out of line, so that it is compiled once for both.
 
 :mod:`.sums` versions a statement on the operand's average run length (a flag computed
 before the loops): below :data:`TINY_AVERAGE` the statement takes this form, tested before
@@ -42,11 +43,11 @@ from ..ir.nodes import (
 )
 from ..ir.visit import exprs, subexprs, used, walk
 from .gathers import FAR_BYTES
-from .short_runs import INDEX_SUFFIX, product
+from .short_runs import VALUE_SUFFIX, helper_name, product
 
 # positions per run, on average, below which rows are summed eight at a time
 TINY_AVERAGE = Fraction(9, 4)
-HELPER = "coiter_rows_dot"  # C prelude, suffixed with the index width
+HELPER = "coiter_rows_dot"  # C prelude, suffixed with the value type and index width
 GROUP = 8  # rows the helper takes at once (the lanes of a 512-bit register)
 UNCHUNKED_ROWS = 1024  # rows per call of a parallel loop whose schedule names no chunk size
 _CHUNK = re.compile(r"schedule\((\w+), (\w+)\)")  # an OpenMP schedule with a chunk size
@@ -73,7 +74,7 @@ class TinyRunRows:
         if row is None or row[-1] not in self.dense_bytes:
             return None
         result, pos, vals, crd, x = row
-        helper = f"{HELPER}_{INDEX_SUFFIX[self.inputs[crd]]}"
+        helper = helper_name(HELPER, self.inputs[vals], self.inputs[crd])
         arrays: tuple[IRExpr, ...] = (Var(result), Var(pos), Var(crd), Var(vals), Var(x))
         if not f.pragma:
             return ExprStmt(Call(helper, (*arrays, f.start, f.end)))
@@ -105,16 +106,17 @@ class TinyRunRows:
 
 def _row_sum(f: For, scope: dict[str, str], inputs: dict[str, str], results: dict[str, str],
              ) -> tuple[str, str, str, str, str] | None:
-    """``(R, pos, vals, crd, x)`` when ``f``'s body is ``double t = 0.0; for (p = pos[e]; p <
-    pos[e+1]; p++) t += vals[p] * x[crd[p]]; R[e] = t;`` with ``R`` a double result and
-    ``pos`` of ``crd``'s index type. Comments, declarations nothing reads and zero stores
-    into ``R[e]`` (which the last store overwrites) may come first."""
+    """``(R, pos, vals, crd, x)`` when ``f``'s body is ``T t = 0.0; for (p = pos[e]; p <
+    pos[e+1]; p++) t += vals[p] * x[crd[p]]; R[e] = t;`` with ``T`` double or float (as
+    ``R``, ``vals`` and ``x``) and ``pos`` of ``crd``'s index type. Comments, declarations
+    nothing reads and zero stores into ``R[e]`` (which the last store overwrites) may come
+    first."""
     e = Var(f.var)
     stmts = [s for s in f.body.stmts if not isinstance(s, Comment)]
     if len(stmts) < 3:
         return None
     *head, total, inner, store = stmts
-    if not (isinstance(total, Decl) and total.ctype == "double" and total.init == Const(0)
+    if not (isinstance(total, Decl) and total.ctype in VALUE_SUFFIX and total.init == Const(0)
             and isinstance(inner, For) and isinstance(inner.start, Load)
             and inner.start.index == e and inner.end == Load(inner.start.array, add(e, Const(1)))
             and _stores_row(store, e) and store.value == Var(total.name)):
@@ -126,8 +128,8 @@ def _row_sum(f: For, scope: dict[str, str], inputs: dict[str, str], results: dic
             and not any(isinstance(x, Call) for x in subexprs(s.init))
         if not (dead or _stores_row(s, e) and s.target.array == result and s.value == Const(0)):
             return None
-    summed = product(inner, {**scope, total.name: "double"}, inputs)
-    if summed is None or summed[0] != total.name or results.get(result) != "double" \
+    summed = product(inner, {**scope, total.name: total.ctype}, inputs)
+    if summed is None or summed[0] != total.name or results.get(result) != total.ctype \
             or inputs.get(pos) != inputs[summed[2]]:
         return None
     _, vals, crd, x = summed

@@ -21,7 +21,8 @@ docs/performance.md, "Rows of eight or more entries: eight lanes"): ca-CondMat (
 201 -> 134, cit-HepPh (12.2) 396 -> 317, soc-Slashdot0902 (11.5) 965 -> 747; with four partial
 sums before, ca-AstroPh (22) 308 -> 226, bcsstk33 (68) 308 -> 274, lp_fit2d 55 -> 41.
 
-Only runs whose values and gathered vector are ``double`` and whose coordinates are
+Only runs whose sum, values and gathered vector are all ``double`` (``coiter_run_vdot_*``)
+or all ``float`` (``coiter_run_vdotf_*``, the same eight lanes) and whose coordinates are
 ``int32_t`` or ``int64_t`` qualify (:func:`.short_runs.product`); :mod:`.sums` versions the
 kernel's statements on a flag computed before the loops (``A2_vector_runs``).
 """
@@ -31,12 +32,12 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from ..ir.nodes import Assign, Call, For, IRStmt, Var
-from .short_runs import INDEX_SUFFIX, product
+from .short_runs import helper_name, product
 
 # positions per run, on average, from which runs of varying lengths take the helper (runs of
 # even lengths from 16, as coiter_runs_even in the C prelude judges them)
 VECTOR_MIN_AVERAGE = Fraction(15, 2)
-VDOT = "coiter_run_vdot_"  # the helper's name, before its index suffix
+VDOT = "coiter_run_vdot"  # the helper's name, before its value and index suffixes
 # a loop over one run and the types of the variables declared around it -> the loop
 # rewritten into a helper call, or None
 VectorRunSums = Callable[[For, dict[str, str]], IRStmt | None]
@@ -54,7 +55,7 @@ def vector_run_sums(inputs: dict[str, str]) -> VectorRunSums:
         if summed is None:
             return None
         total, vals, crd, x = summed
-        call = Call(f"{VDOT}{INDEX_SUFFIX[inputs[crd]]}",
+        call = Call(helper_name(VDOT, inputs[vals], inputs[crd]),
                     (Var(vals), Var(crd), Var(x), f.start, f.end))
         return Assign(Var(total), call, "+=")
 
