@@ -1,10 +1,10 @@
-"""Single-precision SpMV and TTV: coiter's float32 kernels against SciPy, MKL and torch in
-float32, and against coiter's own float64 kernels, on the real matrices and tensors.
+"""Single-precision SpMV, SpMM and TTV: coiter's float32 kernels against SciPy, MKL and torch
+in float32, and against coiter's own float64 kernels, on the real matrices and tensors.
 
     python benchmarks/float32.py [--repeat N] [--out DIR] [--data DIR]
 
-SpMV ``y(i) = A(i,j) * x(j)`` on CSR matrices and TTV ``A(i,j) = B(i,j,k) * c(k)`` on the last
-mode of CSF tensors of any order (the peers run TTV as SpMV on the tensor's fibers, a CSR
+SpMV ``y(i) = A(i,j) * x(j)`` and SpMM ``C(i,k) = A(i,j) * B(j,k)`` (16 columns) on CSR
+matrices, and TTV ``A(i,j) = B(i,j,k) * c(k)`` on the last mode of CSF tensors of any order (the peers run TTV as SpMV on the tensor's fibers, a CSR
 matrix over the last mode), one thread. The inputs span the run lengths that pick coiter's row-sum helpers
 (docs/performance.md): eight rows at once under 2.25 entries a run, short runs without a
 loop up to 6, eight lanes from 7.5. Every result is checked first against SciPy's float64
@@ -41,6 +41,8 @@ MATRICES = ("luxembourg_osm", "USA-road-NY", "as-caida20071105", "ca-CondMat-cc1
 # data/tensors/<name>.tns.gz, by entries a fiber: 1.3, 1.4, 1.7, 2.2, 3.0
 TENSORS = ("wikipeople-3ary", "wn18rr", "collegemsg-day", "jf17k-3ary", "fb15k-237")
 SPMV = "y(i) = A(i,j) * x(j)"
+SPMM = "C(i,k) = A(i,j) * B(j,k)"
+SPMM_COLUMNS = 16
 SYSTEMS = ("coiter float32", "coiter float64", "SciPy float32", "MKL float32", "torch float32")
 
 
@@ -95,7 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__, repeat=50)
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     args = parser.parse_args(argv)
-    spmv = {t: coiter.compile(SPMV, formats={"A": coiter.csr}, dtype=t) for t in (np.float32, np.float64)}
+    # kernel -> (its dense operand's name, that operand's columns or None for a vector, the
+    # kernel compiled per precision)
+    matrix_kernels = {label: (arg, columns, {t: coiter.compile(expr, formats={"A": coiter.csr}, dtype=t)
+                                             for t in (np.float32, np.float64)})
+                      for label, expr, arg, columns in (("SpMV", SPMV, "x", None),
+                                                        ("SpMM", SPMM, "B", SPMM_COLUMNS))}
     ttv = KERNELS["ttv"]  # the suite's TTV: on the last mode, of tensors of any order
     rng = np.random.default_rng(0)
     rows = []
@@ -103,18 +110,20 @@ def main(argv: list[str] | None = None) -> int:
         a = coiter.read(os.path.join(args.data, "matrices", f"{name}.mtx.gz"), format=coiter.csr)
         m = sp.csr_array(a.to_scipy())
         m32 = sp.csr_array(m.astype(np.float32))
-        x = rng.random(m.shape[1])
-        x32 = x.astype(np.float32)
-        # the float32 product of the float32 data, in float64: what both precisions compute
-        check = close_to(sp.csr_array(m32.astype(np.float64)) @ x32.astype(np.float64), rtol=1e-4)
-        ops = {t: (coiter.Tensor.from_scipy(sp.csr_array(m.astype(t))), x.astype(t))
-               for t in (np.float32, np.float64)}
-        cases: dict[str, Case | Skipped] = {
-            f"coiter {np.dtype(t).name}": (lambda t=t: spmv[t](A=ops[t][0], x=ops[t][1], threads=1), check)
-            for t in (np.float32, np.float64)}
-        res = bench_group(cases | _peer_cases(m32, x32, check), args.repeat, min_seconds=0.1)
-        rows.append(_row("SpMV", name, m.nnz / m.shape[0], res))
-        print(rows[-1], flush=True)
+        for label, (arg, columns, kernel) in matrix_kernels.items():
+            x = rng.random(m.shape[1] if columns is None else (m.shape[1], columns))
+            x32 = x.astype(np.float32)
+            # the float32 product of the float32 data, in float64: what both precisions compute
+            check = close_to(sp.csr_array(m32.astype(np.float64)) @ x32.astype(np.float64), rtol=1e-4)
+            ops = {t: (coiter.Tensor.from_scipy(sp.csr_array(m.astype(t))), x.astype(t))
+                   for t in (np.float32, np.float64)}
+            cases: dict[str, Case | Skipped] = {
+                f"coiter {np.dtype(t).name}":
+                (lambda t=t: kernel[t](A=ops[t][0], **{arg: ops[t][1]}, threads=1), check)
+                for t in (np.float32, np.float64)}
+            res = bench_group(cases | _peer_cases(m32, x32, check), args.repeat, min_seconds=0.1)
+            rows.append(_row(label, name, m.nnz / m.shape[0], res))
+            print(rows[-1], flush=True)
     for name in TENSORS:
         t = coiter.read(os.path.join(args.data, "tensors", f"{name}.tns.gz"))
         fmt = coiter.csf(t.order)
@@ -136,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(_row("TTV", name, f.nnz / f.shape[0], res))
         print(rows[-1], flush=True)
     text = [
-        "# Single precision: SpMV and TTV in float32", "",
+        "# Single precision: SpMV, SpMM and TTV in float32", "",
         command_line(__file__, argv), "",
-        "One thread; median ms of the timed calls, every result checked first. TTV's peers run on the "
-        "tensor's fibers as a CSR matrix. The ratios divide each time by coiter float32's: above 1, "
+        f"One thread; median ms of the timed calls, every result checked first. SpMM's B has "
+        f"{SPMM_COLUMNS} columns. TTV's peers run on the tensor's fibers as a CSR matrix. The ratios divide each time by coiter float32's: above 1, "
         "coiter float32 is faster.", "",
         markdown_table(["kernel", "input", "entries a run", *(f"{s} ms" for s in SYSTEMS),
                         "coiter float64 / float32", "SciPy / coiter", "MKL / coiter",

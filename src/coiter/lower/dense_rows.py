@@ -11,15 +11,20 @@ of the result::
 
 The row's length ``n`` is a run-time value, so the C compiler cannot keep the row in
 registers: every position loads and stores all of it, through a vector loop whose trip count
-it tests. Blocked, the row goes :data:`ROW_BLOCK_BYTES` at a time through a local array of
+it tests. Blocked, the row goes :data:`ROW_BLOCK` entries at a time through a local array of
 constant length, which the compiler keeps in registers: loaded once, every position adds into
-registers, stored once; the columns past the last whole block take the loop as it was. Each
-entry still adds the same terms in the same order, starting from its value before the loop,
-so results are the same bit for bit.
+registers, stored once; the columns past the last whole block take the loop as it was. A row
+of a constant length under a block is one block of its own length. Each entry still adds the
+same terms in the same order, starting from its value before the loop, so results are the
+same bit for bit. (The C generator marks every loop over positions that ends in such a row
+``COITER_ROW_SUM``, so that GCC vectorizes the row and not the positions.)
 
 In a C harness at one thread (rank 16, ms, loop -> blocked; warm caches / flushed caches):
 TTM on jf17k-3ary 0.151 -> 0.047 / 0.40 -> 0.17, on wn18rr 0.67 -> 0.42 / 1.97 -> 0.79, on
-fb15k-237 2.60 -> 1.29 / 2.80 -> 1.26.
+fb15k-237 2.60 -> 1.29 / 2.80 -> 1.26. Blocks of 16 entries won for float rows too, against
+blocks of 32 (the same 128 bytes as 16 doubles) and of 8: SpMM with 32 float columns on a
+random 60000-row matrix, 7.9 -> 3.9 ms, 64 columns 16.0 -> 9.2 ms; 8 columns as one block
+of 8, 2.3 -> 0.95 ms (docs/performance.md, "Single precision").
 
 A loop whose every iteration zeroes its own row and then sums into it writes the row without
 reading it. Where the kernel's parameters give the loop's extent and the row's length, its
@@ -39,8 +44,9 @@ from ..ir.nodes import (
 from ..ir.rewrite import map_loops
 from ..ir.visit import declared, names, subexprs, substitute, used
 
-ROW_BLOCK_BYTES = 128  # accumulators per block: two AVX-512 registers, four AVX2 ones
+ROW_BLOCK = 16  # entries per block: two AVX-512 registers of doubles, one of floats
 ELEMENT_BYTES = {"double": 8, "float": 4}  # result types whose sums vectorize
+STREAM_BYTES = 16  # a streaming store writes 16 aligned bytes: blocks stream in whole ones
 # a row sum: (array, row start, row length, update, block width)
 RowSums = tuple[str, IRExpr, IRExpr, Assign, int]
 
@@ -48,7 +54,7 @@ RowSums = tuple[str, IRExpr, IRExpr, Assign, int]
 def block_dense_rows(s: IRStmt, results: dict[str, str],
                      params: frozenset[str] = frozenset()) -> IRStmt:
     """``s`` with every loop over positions that adds into a dense row of a result array in
-    ``results`` (its element type) blocked by :data:`ROW_BLOCK_BYTES`; the rows of a loop
+    ``results`` (its element type) blocked by :data:`ROW_BLOCK` entries; the rows of a loop
     whose extent and row length ``params`` (the kernel's parameters) give may stream, decided
     at the start of ``s`` (see the module's docstring)."""
     taken = declared(s, regions=True) | used(s, regions=True)
@@ -72,12 +78,13 @@ def _stream_flag(loop: For, sums: RowSums, results: dict[str, str], params: froz
                  taken: set[str], flags: dict[IRExpr, str]) -> Var | None:
     """The variable that says whether ``loop``, which writes a row of :func:`_row_sums`
     ``sums`` in each iteration, streams its rows; None where the kernel's parameters do not
-    give its extent and the row's length, or rows of a known length are not whole blocks.
-    Copies of a loop (its parallel and serial copies)
+    give its extent and the row's length, rows of a known length are not whole blocks, or
+    a block is not whole streaming stores. Copies of a loop (its parallel and serial copies)
     share one."""
     vals, _, n, _, width = sums
     if loop.start is None or not names(loop.start) | names(loop.end) | names(n) <= params \
-            or isinstance(n, Const) and n.value % width:
+            or isinstance(n, Const) and n.value % width \
+            or width * ELEMENT_BYTES[results[vals]] % STREAM_BYTES:
         return None  # (coiter_streams would say no to rows that are not whole blocks)
     cond = Call("coiter_streams", (Var(vals), sub(loop.end, loop.start), n,
                                    Const(ELEMENT_BYTES[results[vals]]), Const(width)))
@@ -102,7 +109,8 @@ def _zeroed_rows(loop: For, results: dict[str, str], taken: set[str], params: fr
             x = stmts[j]
             sums = _row_sums(x, results) if isinstance(x, For) else None
             if sums is not None and sums[:3] == fill:
-                start = _whole_blocks(sums[2], sums[4])
+                # a row of a known length is all blocks (its tail one of its own length)
+                start = sums[2] if isinstance(sums[2], Const) else _whole_blocks(sums[2], sums[4])
                 stmts[i] = None if start == sums[2] else replace(zero, start=start)
                 stream = _stream_flag(loop, sums, results, params, taken, flags)
                 stmts[j] = _blocked(x, sums, results, taken, zeroed=True, stream=stream)
@@ -147,8 +155,8 @@ def _whole_blocks(n: IRExpr, width: int) -> IRExpr:
 def _row_sums(loop: For, results: dict[str, str]) -> RowSums | None:
     """(array, row start, row length, update, block width) of a loop over positions that
     declares values and then adds into one dense row of a result array in ``results``, its
-    loop over the row innermost and last, the row not known to be shorter than a block; None
-    for any other loop."""
+    loop over the row innermost and last (a row of a known length under :data:`ROW_BLOCK` is
+    one block); None for any other loop."""
     if loop.pragma is not None or loop.start is None or not loop.body.stmts:
         return None
     *prefix, row = loop.body.stmts
@@ -172,9 +180,7 @@ def _row_sums(loop: For, results: dict[str, str]) -> RowSums | None:
     if not all(isinstance(x, Decl) and x.init is not None for x in prefix) \
             or not all(_pure(e) and vals not in names(e) for e in reads):
         return None
-    width = ROW_BLOCK_BYTES // ELEMENT_BYTES[results[vals]]
-    if isinstance(n, Const) and n.value < width:
-        return None
+    width = n.value if isinstance(n, Const) and n.value < ROW_BLOCK else ROW_BLOCK
     return vals, base, n, update, width
 
 
@@ -183,8 +189,9 @@ def _blocked(loop: For, sums: RowSums, results: dict[str, str], taken: set[str],
     """A row-sum loop and its :func:`_row_sums` by blocks of columns summed in a local array, which
     starts from zero where the row was ``zeroed`` before the loop, else from the row, and
     is stored in the row, by the prelude's streaming stores where ``stream`` says so (the
-    loop is copied: one copy streams, the other does not); then the loop as it was over the
-    columns past the last whole block."""
+    loop is copied: one copy streams, the other does not); then the columns past the last
+    whole block: one block of their number where the row's length is known, else the loop
+    as it was."""
     vals, base, n, update, width = sums
     *prefix, row = loop.body.stmts
     # the same names in every copy of a loop: a parallel loop and its serial copy stay alike
@@ -212,7 +219,18 @@ def _blocked(loop: For, sums: RowSums, results: dict[str, str], taken: set[str],
         f"coiter_stream_{results[vals]}",
         (Var(vals), add(base, mul(Var(blk), Const(width))), Var(acc), Const(width))))),)),
         Block((plain,)))
-    tail = replace(loop, body=block(prefix, replace(row, start=_whole_blocks(n, width))))
     if isinstance(n, Const):
-        return block(whole, tail if n.value % width else None)
+        rest = n.value % width
+        if not rest:
+            return whole
+        # the last columns as one block: SpMM's 24 float columns took 2.7 ms with the loop
+        # over the last 8, 1.0 ms so (bcsstk33); a loop over fewer than a block's columns
+        # into the result itself is what GCC vectorized across positions
+        first = add(base, Const(n.value - rest))
+        shifted = {row.var: add(Var(row.var), Const(n.value - rest))}
+        moved = Assign(Load(vals, add(first, Var(row.var))), substitute(update.value, shifted), "+=")
+        last = replace(loop, body=block(prefix, replace(row, end=Const(rest), body=Block((moved,)))))
+        return block(whole, _blocked(last, (vals, first, Const(rest), moved, rest), results, taken,
+                                     zeroed))
+    tail = replace(loop, body=block(prefix, replace(row, start=_whole_blocks(n, width))))
     return block(whole, If(Bin("!=", Bin("%", n, Const(width)), Const(0)), Block((tail,))))
