@@ -1546,8 +1546,8 @@ def _row_sum(s: For) -> bool:
     if not (isinstance(row, For) and isinstance(row.start, Const) and isinstance(row.end, Const)
             and len(row.body.stmts) == 1):
         return False
-    (add,) = row.body.stmts
-    return isinstance(add, Assign) and add.op == "+=" and isinstance(add.target, Load)
+    (update,) = row.body.stmts
+    return isinstance(update, Assign) and update.op == "+=" and isinstance(update.target, Load)
 
 
 @stmt.register
