@@ -289,9 +289,10 @@ def write_summary(results: dict[str, Any], path: Path, plots: list[str]) -> None
         "- Every result is checked against an independent SciPy/NumPy reference "
         "(`assert_allclose`, rtol 1e-9 with an absolute tolerance of rtol x max|reference|) "
         "before its time counts; a mismatch shows as WRONG.",
-        f"- Timing: the checked call (also the warm-up), then round-robin over the systems with the "
-        f"garbage collector off, {s['min_runs']} to {s['max_runs']} runs each (aiming at "
-        f"{s['case_budget_s']} s per case); median reported, min/max and every time in results.json. "
+        f"- Timing: the checked call, one untimed warm-up call per system, then round-robin over the "
+        f"systems with the garbage collector off, {s['min_runs']} to {s['max_runs']} runs each (aiming "
+        f"at {s['case_budget_s']} s per case, by the warm-up calls' times: a checked call may include "
+        f"compiling); median reported, min/max and every time in results.json. "
         f"With more than one thread the systems alternate by batches ({s['batches']} rounds, each "
         f"system's runs back to back after a {s['switch_gap_s'] * 1e3:g} ms pause and "
         f"{s['batch_warmup']} untimed calls: the first calls after a pause run slower), and the "
