@@ -327,6 +327,55 @@ int64_t idle_work(void) {
     assert threads == 0 or quiet > 5 * ms
 
 
+def test_the_idle_pause_runs_from_the_last_call_s_end() -> None:
+    """A call that starts right after a long one (SpGEMM's 30 ms) comes after no pause: the
+    kernel writes its end into the last-call cell (coiter_call_done), and the idle rule
+    counts from there. Counted from the long call's start, every 2-thread SpGEMM call on
+    bcsstk16 ran on one thread (28 ms against 12.8 with two)."""
+    lib = load_library(preamble("INT32_MAX") + """
+int64_t call_threads(int64_t n, int64_t work) { return coiter_call_threads(n, work); }
+void call_done(void) { coiter_call_done(); }
+int64_t now_ns(void) { return coiter_clock(); }
+""")
+    lib.call_threads.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    lib.call_threads.restype = lib.now_ns.restype = ctypes.c_int64
+    lib.call_done.restype = None
+    if lib.now_ns() == 0:  # built without OpenMP: no idle rule, and the end is a no-op
+        lib.call_done()
+        assert lib.call_threads(0, 10) == 0
+        return
+    if hasattr(lib, "coiter_use_load"):
+        lib.coiter_use_load(None)
+    cell = ctypes.c_int64(0)
+    lib.coiter_share_last_call.argtypes = [ctypes.c_void_p]
+    lib.coiter_share_last_call(ctypes.addressof(cell))
+    ms = 1_000_000
+    for _ in range(20):  # the test process may be descheduled between the end and the call
+        lib.call_threads(0, 10)  # a long call starts ...
+        time.sleep(0.008)  # ... runs 8 ms ...
+        before = lib.now_ns()
+        lib.call_done()  # ... and ends
+        assert before <= cell.value <= lib.now_ns()
+        threads = lib.call_threads(0, 10)  # the next call, right after its end
+        if lib.now_ns() - before < 5 * ms:
+            assert threads == 0
+            break
+    else:
+        pytest.fail("every try was descheduled for 5 ms")
+
+
+def test_every_c_kernel_records_its_end() -> None:
+    """Every generated C kernel that chooses its threads calls coiter_call_done before it
+    returns its result, so that no kernel's long call reads as an idle pause."""
+    for expr, formats in [("C(i,j) = A(i,k) * B(k,j)", {"A": "csr", "B": "csr", "C": "csr"}),
+                          ("y(i) = A(i,j) * x(j)", {"A": "csr"}),
+                          ("a = B(i,j) * C(i,j)", {"B": "csr", "C": "csr"})]:
+        source = coiter.compile(expr, formats=formats).source
+        body = source[source.index("\nint coiter_fused("):source.index("\nint coiter_fused_packed(")]
+        assert body.count("coiter_call_threads(") == body.count("coiter_call_done();") == 1, expr
+        assert body.index("coiter_call_threads(") < body.index("coiter_call_done();") < body.rindex("return 0;"), expr
+
+
 def test_every_kernel_library_shares_the_last_call_cell() -> None:
     """The runtime hands each kernel library it loads the process's last-call cell: two
     kernels write the same cell, and a kernel called after an idle pause with the default

@@ -92,7 +92,9 @@ static int (*coiter_load_free)(int64_t now);
 void coiter_use_load(int (*free_cores)(int64_t now)) {{ coiter_load_free = free_cores; }}
 /* Calls after an idle pause: waking sleeping OpenMP workers took this project's VM 2-6 ms, so
    a small call that chooses its threads and comes COITER_IDLE_NS after the process's last
-   call (one cell, coiter_share_last_call) runs on one thread (docs/performance.md). */
+   call (one cell, coiter_share_last_call) runs on one thread (docs/performance.md). The pause
+   runs from the last call's end (coiter_call_done): from its start, every call after one of
+   over 5 ms (SpGEMM's) read as after a pause, and 2-thread SpGEMM ran on one thread. */
 #ifndef COITER_IDLE_NS
 #define COITER_IDLE_NS ((int64_t)5000000)
 #endif
@@ -114,6 +116,8 @@ static inline int64_t coiter_call_threads(int64_t n, int64_t work) {{
   int free = coiter_load_free ? coiter_load_free(now) : 0;
   return free > 0 && free < omp_get_max_threads() ? -free : 0;
 }}
+/* a call's end: the next call's pause starts here (the kernel calls it before it returns) */
+static inline void coiter_call_done(void) {{ __atomic_store_n(coiter_last_call, coiter_clock(), __ATOMIC_RELAXED); }}
 /* threads of a parallel region: the n requested, or (n = 0, or -c for at most c) OpenMP's
    default limited to one thread per COITER_WORK_PER_THREAD units of work (values the call
    reads and writes): a region costs microseconds, and a thread waiting for a busy core much
@@ -132,6 +136,7 @@ static inline void coiter_team_done(int64_t start, int64_t entered, int64_t firs
   (void)start; (void)entered; (void)first_done;
 }}
 static inline int64_t coiter_call_threads(int64_t n, int64_t work) {{ (void)work; return n; }}
+static inline void coiter_call_done(void) {{}}
 #define COITER_THREAD_NUM() 0
 #endif
 /* Before a sparse loop that sums into a scalar in order (SpMV's row sum): without

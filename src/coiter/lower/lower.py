@@ -1936,8 +1936,9 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
             epilogue, out_arrays = self._result_finish()
         if self.region is None:
             epilogue += self._workspace_frees()
-        if self.target == "c":  # one thread count for the whole call (see the C prelude)
+        if self.target == "c":  # one thread count for the whole call, and its end (see the C prelude)
             prologue.insert(0, IRAssign(Var(THREADS_PARAM), Call("coiter_call_threads", (Var(THREADS_PARAM), Var(WORK_PARAM)))))
+            epilogue.append(ExprStmt(Call("coiter_call_done", ())))
         fn = Function(self.name, tuple(cparams),
                       drop_unread_zero_fill(block(prologue, body, epilogue, Return(Const(0))),
                                             self.append_written))
