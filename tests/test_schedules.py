@@ -191,7 +191,7 @@ def _threads_or_serial(parallel_loop: str, call: str, serial_call: str) -> str:
                 "    }\n")
     return (f"  coiter_nthreads = coiter_call_threads(coiter_nthreads, coiter_work);\n"
             f"  if (COITER_THREADS() > 1) {{\n{parallel}  }} else {{\n    {serial_call};\n  }}\n"
-            f"  return 0;\n}}")
+            f"  coiter_call_done();\n  return 0;\n}}")
 
 
 def _helper_body(parallel_loop: str) -> str:
