@@ -270,6 +270,17 @@ int max_threads(void) {
 BIG_WORK = "#define BIG_WORK ((int64_t)1 << 40)\n"
 
 
+def _own_last_call_cell(lib: ctypes.CDLL) -> ctypes.c_int64:
+    """A last-call cell of the test's own for a prelude library (coiter_share_last_call),
+    with the load probe off (other processes' load is another test's)."""
+    if hasattr(lib, "coiter_use_load"):
+        lib.coiter_use_load(None)
+    cell = ctypes.c_int64(0)
+    lib.coiter_share_last_call.argtypes = [ctypes.c_void_p]
+    lib.coiter_share_last_call(ctypes.addressof(cell))
+    return cell
+
+
 def test_small_calls_after_an_idle_pause_run_on_one_thread() -> None:
     """The prelude's idle rule: a call that chooses its thread count (0), has less than
     COITER_IDLE_WORK units of work and comes more than 5 ms after the process's last kernel
@@ -292,11 +303,7 @@ int64_t idle_work(void) {
     if lib.now_ns() == 0:  # built without OpenMP: every count passes through
         assert [lib.call_threads(n, 10) for n in (0, 1, 2)] == [0, 1, 2]
         return
-    if hasattr(lib, "coiter_use_load"):  # other processes' load is another test's
-        lib.coiter_use_load(None)
-    cell = ctypes.c_int64(0)
-    lib.coiter_share_last_call.argtypes = [ctypes.c_void_p]
-    lib.coiter_share_last_call(ctypes.addressof(cell))
+    cell = _own_last_call_cell(lib)
     small, big, ms = lib.idle_work() - 1, lib.idle_work(), 1_000_000
 
     def after_quiet(n: int, work: int, quiet_ns: int | None) -> tuple[int, int]:
@@ -344,11 +351,7 @@ int64_t now_ns(void) { return coiter_clock(); }
         lib.call_done()
         assert lib.call_threads(0, 10) == 0
         return
-    if hasattr(lib, "coiter_use_load"):
-        lib.coiter_use_load(None)
-    cell = ctypes.c_int64(0)
-    lib.coiter_share_last_call.argtypes = [ctypes.c_void_p]
-    lib.coiter_share_last_call(ctypes.addressof(cell))
+    cell = _own_last_call_cell(lib)
     ms = 1_000_000
     for _ in range(20):  # the test process may be descheduled between the end and the call
         lib.call_threads(0, 10)  # a long call starts ...
