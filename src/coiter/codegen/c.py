@@ -772,6 +772,89 @@ static inline int64_t coiter_row_set_bytes(int64_t dim) {{
   return coiter_row_flag_bytes(dim) + 8 * (words + (words >> 6) + 1);
 }}
 """),
+    (('coiter_scatter_add_i32', 'coiter_scatter_add_i64'), """\
+/* w[k[p]] += a * v[p] for p in s..e into a row workspace (lower/scatter_adds.py): each
+   coordinate whose flag byte in set is clear is appended to list at count and flagged; returns
+   the new count. The run's coordinates are distinct (a unique level's). Runs of
+   COITER_SCATTER_MIN or more, where gathers are fast, go eight lanes a step: w gathered, the
+   products added, w scattered back (distinct lanes, so no lane overwrites another), the
+   lanes whose flag was clear listed in order. A flag is read as the low byte of a 4-byte
+   gather at set + j: coiter_row_set_bytes allocates more than 3 bytes past the last flag.
+   Each w[j] gets the loop's one addition, a * v[p] rounded and then added, so the result is
+   the loop's bit for bit. Shorter runs take the loop (from 16, add32's A*A, of a few long rows
+   among short ones, was 15% slower than with the loop; the road networks', about three a
+   run, a third slower with the lanes on every run), and so do workspaces wider than
+   COITER_SCATTER_MAX_DIM: on cit-HepPh's, cit-HepTh's and ca-CondMat's products (21,000 to
+   35,000 columns, rows of a few dozen entries spread over them) the lanes were 25-40% slower
+   than the loop, on those of up to 5,500 columns 1.2 to 1.7 times faster */
+#ifndef COITER_SCATTER_MIN
+#define COITER_SCATTER_MIN 32
+#endif
+#ifndef COITER_SCATTER_MAX_DIM
+#define COITER_SCATTER_MAX_DIM 16384
+#endif
+#define COITER_SCATTER_LOOP() \\
+  for (int64_t p = s; p < e; p++) {{ \\
+    int64_t j = k[p]; \\
+    list[count] = j; \\
+    count += !set[j]; \\
+    set[j] = 1; \\
+    w[j] += a * v[p]; \\
+  }}
+#if defined(__AVX512F__) && defined(__AVX512VL__) && COITER_FAST_GATHER
+#include <immintrin.h>
+#define COITER_SCATTER_ADD(suffix, index_t, lanes_t, load, store, gather, scatter, gather_flags, listed) \\
+static inline int64_t coiter_scatter_add_##suffix( \\
+    double* restrict w, uint8_t* restrict set, int64_t* restrict list, int64_t count, int64_t dim, \\
+    const index_t* restrict k, const double* restrict v, double a, int64_t s, int64_t e) {{ \\
+  if (e - s < COITER_SCATTER_MIN || dim > COITER_SCATTER_MAX_DIM) {{ \\
+    COITER_SCATTER_LOOP() \\
+    return count; \\
+  }} \\
+  const __m512d av = _mm512_set1_pd(a); \\
+  const __m256i low = _mm256_set1_epi32(0xff); \\
+  for (int64_t p = s; p < e; p += 8) {{ \\
+    __mmask8 m = (__mmask8)((1u << (e - p < 8 ? e - p : 8)) - 1); \\
+    lanes_t j = load(m, k + p); \\
+    __m512d x = gather(_mm512_setzero_pd(), m, j, w, 8); \\
+    scatter(w, m, j, _mm512_add_pd(x, _mm512_mul_pd(av, _mm512_maskz_loadu_pd(m, v + p))), 8); \\
+    __mmask8 fresh = _mm256_mask_testn_epi32_mask(m, gather_flags(low, m, j, set, 1), low); \\
+    if (fresh) {{ \\
+      /* a compress into a register and a masked store (a compress straight to memory is \\
+         microcoded on AMD Zen 4); the flags from a whole store of the lanes, which later \\
+         loads take straight from the store (from a masked store they wait for it) */ \\
+      _mm512_mask_storeu_epi64(list + count, (__mmask8)((1u << __builtin_popcount(fresh)) - 1), \\
+                               listed(fresh, j)); \\
+      index_t at[8]; \\
+      store(at, j); \\
+      for (unsigned f = fresh; f; f &= f - 1) set[at[__builtin_ctz(f)]] = 1; \\
+      count += __builtin_popcount(fresh); \\
+    }} \\
+  }} \\
+  return count; \\
+}}
+static inline __m512i coiter_listed_i32(__mmask8 m, __m256i j) {{
+  return _mm512_cvtepi32_epi64(_mm256_maskz_compress_epi32(m, j));
+}}
+static inline void coiter_store_i32(int32_t* a, __m256i j) {{ _mm256_storeu_si256((__m256i*)a, j); }}
+static inline void coiter_store_i64(int64_t* a, __m512i j) {{ _mm512_storeu_si512(a, j); }}
+COITER_SCATTER_ADD(i32, int32_t, __m256i, _mm256_maskz_loadu_epi32, coiter_store_i32, _mm512_mask_i32gather_pd,
+                   _mm512_mask_i32scatter_pd, _mm256_mmask_i32gather_epi32, coiter_listed_i32)
+COITER_SCATTER_ADD(i64, int64_t, __m512i, _mm512_maskz_loadu_epi64, coiter_store_i64, _mm512_mask_i64gather_pd,
+                   _mm512_mask_i64scatter_pd, _mm512_mask_i64gather_epi32, _mm512_maskz_compress_epi64)
+#else
+#define COITER_SCATTER_ADD(suffix, index_t) \\
+static inline int64_t coiter_scatter_add_##suffix( \\
+    double* restrict w, uint8_t* restrict set, int64_t* restrict list, int64_t count, int64_t dim, \\
+    const index_t* restrict k, const double* restrict v, double a, int64_t s, int64_t e) {{ \\
+  (void)dim; \\
+  COITER_SCATTER_LOOP() \\
+  return count; \\
+}}
+COITER_SCATTER_ADD(i32, int32_t)
+COITER_SCATTER_ADD(i64, int64_t)
+#endif
+"""),
     (('coiter_sort16', 'coiter_sort_network'), """\
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VBMI2__)
 #define COITER_SORT_AVX512 1

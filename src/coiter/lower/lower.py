@@ -54,6 +54,7 @@ from .scatter import ParallelScatter
 from .dense_rows import block_dense_rows
 from .gathers import prefetch_far_gathers
 from .prefetch import prefetch_located_segments
+from .scatter_adds import vector_scatter_adds
 from .short_runs import short_run_sums
 from .sums import split_long_sums
 from .tiny_runs import TinyRunRows
@@ -1929,6 +1930,7 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                                    vector_run_sums(inputs))
             body = block_dense_rows(body, results, frozenset(p.name for p in cparams))
             body = prefetch_far_gathers(body, self._input_array_lengths("crd"), self._dense_bytes())
+            body = vector_scatter_adds(body, self._unique_segments(), self._row_workspaces(), inputs)
         prologue += self.temp_allocs
         epilogue: list[IRStmt] = list(self.temp_frees)
         out_arrays: list[tuple[int, str]] = []
@@ -1955,6 +1957,26 @@ class Lowerer(DerivedLoops, EquationLoops, ParallelAssembly, ParallelScatter, Sp
                     if kind in arrays:
                         out[self.names(name, k).array(kind)] = arrays[kind]
         return out
+
+    def _unique_segments(self) -> dict[str, str]:
+        """The ``crd`` array of every input level that is ordered and unique (validated to
+        hold distinct coordinates in each segment) and bounds its segments by a ``pos``
+        array, mapped to that ``pos`` array (in generated code)."""
+        out: dict[str, str] = {}
+        for name, decl in self.decls.items():
+            if decl.role == "input":
+                for k, level in enumerate(decl.format.levels):
+                    if level.ordered and level.unique and {"pos", "crd"} <= set(level.arrays):
+                        names = self.names(name, k)
+                        out[names.array("crd")] = names.array("pos")
+        return out
+
+    def _row_workspaces(self) -> dict[str, Var]:
+        """The flag array (``set``) of every dense row workspace, mapped to its dimension
+        variable (in generated code)."""
+        return {names.array("set"): names.dimension
+                for name, decl in self.decls.items() if decl.role == "workspace" and decl.policy is None
+                for names in (LevelNames(self.cn[name], 1),)}
 
     def _dense_bytes(self) -> dict[str, IRExpr]:
         """The size in bytes, in generated code, of the values of every input and result
