@@ -40,7 +40,9 @@ class Settings:
     # with several threads, systems run in short batches with this pause between them, so
     # that one library's idle threads have stopped spinning when the next one runs
     switch_gap_s: float = 0.005
-    batches: int = 2  # rounds of batches with several threads
+    # rounds of batches with several threads: with two, a system with one slow batch (torch
+    # on small TTV inputs) had its median fall between its batches (docs/performance.md)
+    batches: int = 4
     # untimed calls opening each batch: after the pause every system's first calls run slower,
     # and with two warm-ups the timed third to fifth still took up to 1.3x the eighth's time
     # (coiter on USA-road-NY 1.32/1.13/1.07, torch on s3rmt3m3 1.74/1.48/1.54, MKL on
