@@ -40,9 +40,11 @@ class Settings:
     # with several threads, systems run in short batches with this pause between them, so
     # that one library's idle threads have stopped spinning when the next one runs
     switch_gap_s: float = 0.005
-    # rounds of batches with several threads: with two, a system with one slow batch (torch
-    # on small TTV inputs) had its median fall between its batches (docs/performance.md)
-    batches: int = 4
+    # rounds of batches with several threads. With two, a system with one slow batch (torch on
+    # small TTV inputs) has its median fall between its batches; four, tried, made the
+    # 2-thread medians of small inputs 1.5-4x slower for coiter, MKL and torch alike
+    # (docs/performance.md, "The suite's run counts, and medians between batches")
+    batches: int = 2
     # untimed calls opening each batch: after the pause every system's first calls run slower,
     # and with two warm-ups the timed third to fifth still took up to 1.3x the eighth's time
     # (coiter on USA-road-NY 1.32/1.13/1.07, torch on s3rmt3m3 1.74/1.48/1.54, MKL on
