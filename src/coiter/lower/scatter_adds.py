@@ -38,9 +38,9 @@ from collections.abc import Mapping
 from ..ir.nodes import Assign, Bin, Call, Const, Decl, For, IRExpr, IRStmt, Load, Un, Var, add
 from ..ir.rewrite import map_loops
 from ..ir.visit import subexprs
+from .short_runs import INDEX_SUFFIX
 
 SCATTER_ADD = "coiter_scatter_add"  # the helper's name, before its index suffix
-_INDEX_SUFFIX = {"int32_t": "i32", "int64_t": "i64"}
 
 
 def vector_scatter_adds(s: IRStmt, segments: Mapping[str, str], workspaces: Mapping[str, Var],
@@ -66,7 +66,7 @@ def _scatter_add(f: For, scope: dict[str, str], segments: Mapping[str, str],
         return None
     crd, j = coord.init.array, Var(coord.name)
     pos = segments.get(crd)
-    if pos is None or inputs.get(crd) not in _INDEX_SUFFIX or not _one_segment(f, pos):
+    if pos is None or inputs.get(crd) not in INDEX_SUFFIX or not _one_segment(f, pos):
         return None
     if not (isinstance(append, Assign) and append.op == "=" and isinstance(append.target, Load)
             and append.value == j and isinstance(append.target.index, Var)):
@@ -89,7 +89,7 @@ def _scatter_add(f: For, scope: dict[str, str], segments: Mapping[str, str],
     if scale is None:
         return None
     vals, a = scale
-    call = Call(f"{SCATTER_ADD}_{_INDEX_SUFFIX[inputs[crd]]}",
+    call = Call(f"{SCATTER_ADD}_{INDEX_SUFFIX[inputs[crd]]}",
                 (Var(w), Var(set_), Var(lst), count, workspaces[set_], Var(crd), Var(vals), a,
                  f.start, f.end))
     return Assign(count, call)
