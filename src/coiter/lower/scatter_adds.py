@@ -21,10 +21,8 @@ eight lanes a step, unless the workspace is wider than ``COITER_SCATTER_MAX_DIM`
 columns; elsewhere the plain loop. Every workspace entry gets the same one addition as in
 the loop, in the same order across segments, so the result is the loop's bit for bit.
 
-A*A at 1 thread through ``coiter.compile``, the loop (``-DCOITER_SCATTER_MIN=1000000000``)
--> the helper, in alternating processes, ms: bcsstk16 31.5 -> 18.4, s3rmt3m3 15.0 -> 9.5,
-mbeacxc 8.6 -> 5.3, ego-Facebook 32.8 -> 28.0; wider workspaces and shorter rows keep the
-loop (docs/performance.md, "SpGEMM: rows of B in eight lanes").
+Measurements, and why shorter rows and wider workspaces keep the loop: docs/performance.md,
+"SpGEMM: rows of B in eight lanes".
 
 Only double values qualify, with ``int32_t`` or ``int64_t`` coordinates, a workspace whose
 flags are the bytes ``coiter_row_set_bytes`` allocates (the helper reads each flag as part of
