@@ -9,8 +9,11 @@ more than 10 million entries at ``--scale 1``); the peers get the very same bloc
 library runs on one partitioning and pays for nothing but its kernel and Dask's scheduling.
 Each library runs on a cluster of its own (so that no library's memory churn slows another's
 runs in the same worker processes). Dense operands (``x``, ``B``) are one block replicated on
-every worker. A timed run persists the result on the workers and waits for it (nothing is
-gathered); its keys are released before the next run. Each case is checked once against
+every worker, where they stay: the script stops Dask's Active Memory Manager, whose default
+policy (ReduceReplicas) drops such replicas within seconds, after which every run sent ``B``
+to the second worker again. Dask's periodic monitors run less often (``QUIET``): on a small
+machine they take time from the workers' computing threads. A timed run persists the result
+on the workers and waits for it (nothing is gathered); its keys are released before the next run. Each case is checked once against
 SciPy on the whole matrix, then run twice untimed, then ``--repeat`` times, round-robin over
 the kernels; medians are reported. Each worker is one process with one thread
 (``threads_per_worker=1``, OMP_NUM_THREADS=1).
@@ -54,6 +57,16 @@ from distributed import Client, LocalCluster, wait  # noqa: E402
 import coiter.dask as cd  # noqa: E402
 
 PEERS = ("coiter", "scipy.sparse", "pydata/sparse")
+# Dask's periodic work in every process (scheduler, nannies, workers): the event-loop tick
+# (20 ms by default), the system and memory monitors (0.5 s, 0.1 s) and the profiler (10 ms).
+# With 2 cores these share the cores with the two computing threads; less often, 2-worker
+# runs took 5-10% less time (docs/performance.md, "coiter.dask on two workers").
+QUIET = {
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.worker.profile.enabled": False,
+}
 BLOCKS = 8
 # pydata/sparse's SpGEMM (sparse.tensordot of COO chunks) takes over a minute per block of a
 # million entries: past this many entries per block it is timed once, on one block
@@ -138,13 +151,13 @@ def _kernels(client: Client, library: str, m: int, n: int, entries: int, spmm_co
     if library == "coiter":
         builders = {"SpMV": lambda: cd.spmv(A, x), "SpMM": lambda: cd.spmm(A, B),
                     "SpGEMM": lambda: cd.spgemm(A, S)}
-        client.replicate([x, B, S])
+        _replicate(client, [x, B, S])
     else:
         A, S = _as_library(A, library).persist(), _as_library(S, library).persist()
         # dask's tensordot of scipy.sparse chunks takes matrices only: x as a column
         x_column = x[:, None].persist()
         wait([A, S, x_column])
-        client.replicate([x_column, B, S])
+        _replicate(client, [x_column, B, S])
         builders = {"SpMV": lambda: da.tensordot(A, x_column, axes=1)[:, 0],
                     "SpMM": lambda: da.tensordot(A, B, axes=1),
                     "SpGEMM": lambda: da.tensordot(A, S, axes=1)}
@@ -157,6 +170,13 @@ def _kernels(client: Client, library: str, m: int, n: int, entries: int, spmm_co
     out.update(_timed_runs(client, builders, repeat))
     print(library, {k: v.ms() for k, v in out.items()}, flush=True)
     return out
+
+
+def _replicate(client: Client, arrays: list[da.Array]) -> None:
+    """A copy of each (persisted) array on every worker, kept: the Active Memory Manager,
+    on by default, would drop all copies but one within seconds (its ReduceReplicas policy)."""
+    client.amm.stop()
+    client.replicate(arrays)
 
 
 def _one_block(A: da.Array, B: da.Array, ref: sp.csr_array) -> Skipped:
@@ -208,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="multiplies the shape and the entries (1: 4M x 1M, 24M entries)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "benchmarks")
     args = parser.parse_args(argv)
+    dask.config.set(QUIET)  # before the clusters start: their processes take it from here
     m, n, entries = int(4_000_000 * args.scale), int(1_000_000 * args.scale), int(24_000_000 * args.scale)
     spmm_cols = 8
 
@@ -246,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{n:,} x {spmm_cols}; SpGEMM `A @ S` with `S` sparse, about one entry per row, one block. "
         "The peers run `dask.array.tensordot` on the same blocks as `scipy.sparse.csr_matrix` and "
         "`sparse.COO` chunks. Each library on a LocalCluster of its own with `threads_per_worker=1`; "
+        "dense operands replicated on every worker (Active Memory Manager stopped) and Dask's "
+        "monitors less often (`" + ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in QUIET.items()) + "`); "
         "a run persists the result on the workers and waits for it. Times in ms, median [min-max]; every result checked "
         "against SciPy on the whole matrix first. "
         f"With {os.cpu_count()} cores, the scheduler, the nannies and this client share the cores "
