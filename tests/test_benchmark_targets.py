@@ -40,3 +40,13 @@ def test_the_stream_note_gives_each_input_and_the_best_peer() -> None:
     assert value is not None and abs(value - 60.0) < 1e-9
     # MKL: 20% on both inputs; scipy: 10% on the one it ran
     assert "(m0 40%, m1 80%; best peer MKL 20%)" in note
+
+
+def test_the_stream_note_gives_the_gathers_floor() -> None:
+    # the loop reading only x at A's columns: 1 GB of minimum bytes in 0.5 / 0.2 s of
+    # gathers -> 2 and 5 GB/s of 10 -> 20% and 50%
+    results = _results([1.0, 0.4])
+    for case, floor in zip(results["runs"]["2"]["cases"], (0.5, 0.2)):
+        case["gathers"] = {"best_s": floor, "sum": 0.0}
+    _, note = next(t for t in targets.TARGETS if "STREAM at 2 threads" in t.name).measure(results)
+    assert "(m0 10%, m1 25%; reading only x at A's columns: 20%, 50%)" in note

@@ -81,10 +81,20 @@ def cell(case: dict[str, Any], system: str) -> str:
 
 def bandwidth(results: dict[str, Any], threads: str, case: dict[str, Any], system: str) -> tuple[float, float | None] | None:
     """(GB/s over the kernel's minimum bytes, fraction of STREAM at this thread count)."""
-    t = median(case, system)
-    if t is None or not case.get("min_bytes"):
+    return _over_min_bytes(results, threads, case, median(case, system))
+
+
+def gathers_bandwidth(results: dict[str, Any], threads: str, case: dict[str, Any]) -> tuple[float, float | None] | None:
+    """:func:`bandwidth` of the loop that only reads x at A's columns (SpMV cases,
+    ``gathers.py``): the fraction of STREAM no SpMV on that input can pass."""
+    return _over_min_bytes(results, threads, case, case.get("gathers", {}).get("best_s"))
+
+
+def _over_min_bytes(results: dict[str, Any], threads: str, case: dict[str, Any], seconds: float | None,
+                    ) -> tuple[float, float | None] | None:
+    if not seconds or not case.get("min_bytes"):
         return None
-    gbs = case["min_bytes"] / t / 1e9
+    gbs = case["min_bytes"] / seconds / 1e9
     stream = results.get("stream", {}).get("gbs", {}).get(threads)
     return gbs, (gbs / stream if stream else None)
 

@@ -131,6 +131,13 @@ def _stream_md(results: dict[str, Any]) -> str:
             "out the write-allocate read of a[].")
 
 
+def _gbs_cell(bw: tuple[float, float | None] | None) -> str:
+    """GB/s and the fraction of STREAM, as the bandwidth table shows them."""
+    if bw is None:
+        return "-"
+    return f"{bw[0]:.1f} ({bw[1]:.0%})" if bw[1] is not None else f"{bw[0]:.1f}"
+
+
 def _bandwidth_md(results: dict[str, Any]) -> str:
     """SpMV per input: each system's GB/s over the minimum bytes and fraction of STREAM;
     then, per memory-bound kernel, each system's median fraction. NumPy dense is left out:
@@ -144,16 +151,14 @@ def _bandwidth_md(results: dict[str, Any]) -> str:
             if case["status"] != "ok":
                 continue
             mark = " (fits in cache)" if llc and case["min_bytes"] <= llc else ""
-            cells = []
-            for s in names:
-                bw = analysis.bandwidth(results, threads, case, s)
-                cells.append("-" if bw is None else
-                             f"{bw[0]:.1f} ({bw[1]:.0%})" if bw[1] is not None else f"{bw[0]:.1f}")
+            cells = [_gbs_cell(analysis.bandwidth(results, threads, case, s)) for s in names]
+            cells.append(_gbs_cell(analysis.gathers_bandwidth(results, threads, case)))
             rows.append([case["input"]["name"] + mark, f"{case['min_bytes'] / 1e6:.1f}", *cells])
         if rows:
             parts.append(f"**SpMV, {analysis.threads_label(threads)}**: GB/s over the minimum bytes "
-                         f"(fraction of STREAM triad)\n\n"
-                         + markdown_table(["input", "min MB", *names], rows))
+                         f"(fraction of STREAM triad); the last column times a loop that only reads x at "
+                         f"A's columns (benchmarks/suite/gathers.c), which no SpMV can pass\n\n"
+                         + markdown_table(["input", "min MB", *names, "x at A's columns alone"], rows))
         summary = []
         for kernel in results["settings"]["kernels"]:
             if not KERNELS[kernel].memory_bound:

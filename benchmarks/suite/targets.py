@@ -80,8 +80,12 @@ def _stream_fraction(kernel: str, threads: int) -> Callable[[dict[str, Any]], tu
                  if s not in (analysis.COITER, "NumPy dense") and (f := fractions(s))}
         best = max(peers, key=peers.__getitem__, default=None)
         peer = f"; best peer {best} {peers[best]:.0%}" if best else ""
+        floors = {c["input"]["name"]: bw[1] for c in large
+                  if (bw := analysis.gathers_bandwidth(results, t, c)) and bw[1]}
+        floor = ("; reading only x at A's columns: " + ", ".join(f"{f:.0%}" for f in floors.values())
+                 if floors else "")
         return 100 * median(ours.values()), (f"median over {len(ours)} inputs larger than the LLC "
-                                             f"({each}{peer}), {analysis.threads_label(t)}")
+                                             f"({each}{peer}{floor}), {analysis.threads_label(t)}")
     return measure
 
 

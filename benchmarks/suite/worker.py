@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import data
+from . import data, gathers
 from .analysis import threads_label
 from .check import assert_matches
 from .kernels import KERNELS, Case, Kernel, Skip
@@ -155,6 +155,8 @@ class Worker:
         for name, timing in round_robin(calls, first, s.case_budget_s, s.min_runs, s.max_runs,
                                         gap, s.batches, s.batch_warmup).items():
             record["systems"][name].update(timing.as_dict())
+        if kernel.name == "spmv":
+            record["gathers"] = gathers.measure(case.ops["A"].indices, case.ops["x"])
         record["wall_s"] = time.perf_counter() - start  # with conversions and checks
         return record
 
