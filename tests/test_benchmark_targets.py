@@ -50,3 +50,10 @@ def test_the_stream_note_gives_the_gathers_floor() -> None:
         case["gathers"] = {"best_s": floor, "sum": 0.0}
     _, note = next(t for t in targets.TARGETS if "STREAM at 2 threads" in t.name).measure(results)
     assert "(m0 10%, m1 25%; reading only x at A's columns: 20%, 50%)" in note
+
+
+def test_an_input_without_a_gathers_floor_shows_a_dash() -> None:
+    results = _results([1.0, 0.4])
+    results["runs"]["2"]["cases"][1]["gathers"] = {"best_s": 0.2, "sum": 0.0}
+    _, note = next(t for t in targets.TARGETS if "STREAM at 2 threads" in t.name).measure(results)
+    assert "(m0 10%, m1 25%; reading only x at A's columns: -, 50%)" in note

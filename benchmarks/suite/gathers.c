@@ -1,6 +1,7 @@
 /* The floor under CSR SpMV where x is read at random: a loop that does nothing but read
- * A's column indices and x at them, summing what it reads in vector lanes (OpenMP's static
- * schedule and `simd`, so that neither one add chain nor one thread's misses bound it).
+ * A's column indices and x at them, summing what it reads in vector lanes (`omp parallel
+ * for simd`, static schedule over the threads the environment gives), so that no chain of
+ * dependent adds bounds it.
  * An SpMV reads the same indices and the same places of x, and A's values and y besides.
  *
  *   double gathers_best_s(crd, width, n, x, reps, &sum)

@@ -82,7 +82,9 @@ def _stream_fraction(kernel: str, threads: int) -> Callable[[dict[str, Any]], tu
         peer = f"; best peer {best} {peers[best]:.0%}" if best else ""
         floors = {c["input"]["name"]: bw[1] for c in large
                   if (bw := analysis.gathers_bandwidth(results, t, c)) and bw[1]}
-        floor = ("; reading only x at A's columns: " + ", ".join(f"{f:.0%}" for f in floors.values())
+        # in the order of ``each``, "-" for an input whose floor was not measured
+        floor = ("; reading only x at A's columns: "
+                 + ", ".join(f"{floors[name]:.0%}" if name in floors else "-" for name in ours)
                  if floors else "")
         return 100 * median(ours.values()), (f"median over {len(ours)} inputs larger than the LLC "
                                              f"({each}{peer}{floor}), {analysis.threads_label(t)}")
