@@ -13,9 +13,9 @@ every worker, where they stay: the script stops Dask's Active Memory Manager, wh
 policy (ReduceReplicas) drops such replicas within seconds, after which every run sent ``B``
 to the second worker again. Dask's periodic monitors run less often (``QUIET``): on a small
 machine they take time from the workers' computing threads. A timed run persists the result
-on the workers and waits for it (nothing is gathered); its keys are released before the next run. Each case is checked once against
-SciPy on the whole matrix, then run twice untimed, then ``--repeat`` times, round-robin over
-the kernels; medians are reported. Each worker is one process with one thread
+on the workers and waits for it (nothing is gathered); its keys are released before the next
+run. Each case is checked once against SciPy on the whole matrix, then run twice untimed,
+then ``--repeat`` times, round-robin over the kernels; medians are reported. Each worker is one process with one thread
 (``threads_per_worker=1``, OMP_NUM_THREADS=1).
 
 The memory table starts a fresh 2-worker cluster per row and reports the peak resident set
@@ -60,7 +60,7 @@ PEERS = ("coiter", "scipy.sparse", "pydata/sparse")
 # Dask's periodic work in every process (scheduler, nannies, workers): the event-loop tick
 # (20 ms by default), the system and memory monitors (0.5 s, 0.1 s) and the profiler (10 ms).
 # With 2 cores these share the cores with the two computing threads; less often, 2-worker
-# runs took 5-10% less time (docs/performance.md, "coiter.dask on two workers").
+# runs took 3-9% less time (docs/performance.md, "coiter.dask on two workers").
 QUIET = {
     "distributed.admin.tick.interval": "1s",
     "distributed.admin.system-monitor.interval": "5s",
