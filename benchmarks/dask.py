@@ -15,8 +15,8 @@ to the second worker again. Dask's periodic monitors run less often (``QUIET``):
 machine they take time from the workers' computing threads. A timed run persists the result
 on the workers and waits for it (nothing is gathered); its keys are released before the next
 run. Each case is checked once against SciPy on the whole matrix, then run twice untimed,
-then ``--repeat`` times, round-robin over the kernels; medians are reported. Each worker is one process with one thread
-(``threads_per_worker=1``, OMP_NUM_THREADS=1).
+then ``--repeat`` times, round-robin over the kernels; medians are reported. Each worker is
+one process with one thread (``threads_per_worker=1``, OMP_NUM_THREADS=1).
 
 The memory table starts a fresh 2-worker cluster per row and reports the peak resident set
 (Linux's VmHWM, reset when the cluster is up) of its workers while they make two random

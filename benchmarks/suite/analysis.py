@@ -84,7 +84,8 @@ def bandwidth(results: dict[str, Any], threads: str, case: dict[str, Any], syste
     return _over_min_bytes(results, threads, case, median(case, system))
 
 
-def gathers_bandwidth(results: dict[str, Any], threads: str, case: dict[str, Any]) -> tuple[float, float | None] | None:
+def gathers_bandwidth(results: dict[str, Any], threads: str, case: dict[str, Any],
+                      ) -> tuple[float, float | None] | None:
     """:func:`bandwidth` of the loop that only reads x at A's columns (SpMV cases,
     ``gathers.py``): the fraction of STREAM no SpMV on that input can pass."""
     return _over_min_bytes(results, threads, case, case.get("gathers", {}).get("best_s"))

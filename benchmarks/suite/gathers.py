@@ -3,8 +3,8 @@ only reads A's column indices and x at them (``gathers.c``, compiled once per pr
 ``$CC -O3 -march=native -fopenmp``), at the thread count OpenMP takes from the environment.
 Where x is read at random, each read brings a whole cache line, and this loop, not the
 STREAM triad over the minimum bytes, says how fast an SpMV on those arrays can be. On inputs
-that fit in the caches it is no bound: there the loop's parallel region and its one untuned
-form cost more than the reads, and tuned SpMVs pass it."""
+that fit in the caches it is no bound: there the loop's own costs (its parallel region, its
+plain form) outweigh the reads, and tuned SpMVs pass it."""
 from __future__ import annotations
 
 import ctypes

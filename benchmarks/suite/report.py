@@ -156,9 +156,10 @@ def _bandwidth_md(results: dict[str, Any]) -> str:
             rows.append([case["input"]["name"] + mark, f"{case['min_bytes'] / 1e6:.1f}", *cells])
         if rows:
             parts.append(f"**SpMV, {analysis.threads_label(threads)}**: GB/s over the minimum bytes "
-                         f"(fraction of STREAM triad); the last column times a loop that only reads A's column "
-                         f"indices and x at them (benchmarks/suite/gathers.c): on inputs above the "
-                         f"last-level cache, where memory sets the time, no SpMV can pass it\n\n"
+                         f"(fraction of STREAM triad); the last column times a loop that only "
+                         f"reads A's column indices and x at them (benchmarks/suite/gathers.c): on "
+                         f"inputs above the last-level cache, where memory sets the time, no SpMV "
+                         f"can pass it\n\n"
                          + markdown_table(["input", "min MB", *names, "x at A's columns alone"], rows))
         summary = []
         for kernel in results["settings"]["kernels"]:
