@@ -27,3 +27,13 @@ def test_indices_outside_x_are_refused() -> None:
         gathers.measure(np.array([0, 10], dtype=np.int32), np.zeros(10))
     with pytest.raises(TypeError, match="float64"):
         gathers.measure(np.array([0], dtype=np.int32), np.zeros(10, dtype=np.float32))
+
+
+def test_a_compiler_that_cannot_run_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    gathers._library.cache_clear()
+    try:
+        got = gathers.measure(np.array([0], dtype=np.int32), np.zeros(1))
+    finally:
+        gathers._library.cache_clear()  # later tests build with the real compiler
+    assert got["error"].startswith("FileNotFoundError") and "/nonexistent/cc" in got["error"]

@@ -41,6 +41,18 @@ def thread_env(threads: int, base: dict[str, str] | None = None) -> dict[str, st
     return env
 
 
+def c_compile_command(source: Path, out: Path, *flags: str) -> list[str]:
+    """``$CC`` (default ``cc``) with ``flags``, compiling ``source`` to ``out``."""
+    return [os.environ.get("CC", "cc"), *flags, str(source), "-o", str(out)]
+
+
+def failure(exc: BaseException) -> str:
+    """A failed compile or run in one line of at most 300 characters: the exception's type
+    and the program's stderr, or the exception's message."""
+    detail = getattr(exc, "stderr", "") or str(exc)
+    return f"{type(exc).__name__}: {detail}"[:300]
+
+
 def command_output(cmd: list[str]) -> str | None:
     """Stripped stdout of ``cmd`` run in the repository root; None when it fails."""
     try:

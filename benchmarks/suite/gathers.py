@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -17,22 +16,23 @@ from typing import Any
 
 import numpy as np
 
+from .environment import c_compile_command, failure
+
 SOURCE = Path(__file__).with_name("gathers.c")
 
 
 @functools.cache
 def _library() -> ctypes.CDLL | str:
     """The compiled loop, or why it could not be built."""
-    cc = os.environ.get("CC", "cc")
     with tempfile.TemporaryDirectory(prefix="coiter-gathers-") as tmp:
         lib = Path(tmp) / "gathers.so"
-        cmd = [cc, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", str(SOURCE), "-o", str(lib)]
+        cmd = c_compile_command(SOURCE, lib, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
         try:
             subprocess.run(cmd, check=True, capture_output=True, text=True)
             # loaded before the folder goes: the mapping outlives the file
             library = ctypes.CDLL(str(lib))
         except (OSError, subprocess.CalledProcessError) as exc:
-            return f"{type(exc).__name__}: {getattr(exc, 'stderr', '') or exc}"[:300]
+            return failure(exc)
     fn = library.gathers_best_s
     fn.restype = ctypes.c_double
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int,

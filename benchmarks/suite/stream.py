@@ -4,13 +4,12 @@ measured before and after the benchmarks so a busy moment on a shared machine do
 set the bound)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .environment import thread_env
+from .environment import c_compile_command, failure, thread_env
 
 SOURCE = Path(__file__).with_name("triad.c")
 
@@ -18,10 +17,9 @@ SOURCE = Path(__file__).with_name("triad.c")
 def measure(threads: list[int], elements: int, reps: int) -> dict[str, Any]:
     """``{"gbs": {threads: GB/s}, ...}``, or ``{"error": ...}`` when the triad cannot be
     built or run (no C compiler or no OpenMP): fractions of the bound are then omitted."""
-    cc = os.environ.get("CC", "cc")
     with tempfile.TemporaryDirectory(prefix="coiter-triad-") as tmp:
         exe = Path(tmp) / "triad"
-        cmd = [cc, "-O3", "-fopenmp", str(SOURCE), "-o", str(exe)]
+        cmd = c_compile_command(SOURCE, exe, "-O3", "-fopenmp")
         out: dict[str, Any] = {"command": " ".join(cmd[:3]) + " triad.c", "elements": elements,
                                "array_bytes": 8 * elements, "reps": reps, "gbs": {}, "best_s": {}}
         try:
@@ -34,8 +32,7 @@ def measure(threads: list[int], elements: int, reps: int) -> dict[str, Any]:
                 out["best_s"][str(n)] = float(best)
                 out.setdefault("openmp_threads", {})[str(n)] = int(got_threads)
         except (OSError, subprocess.CalledProcessError, ValueError) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
-            return out | {"error": f"{type(exc).__name__}: {detail}"[:300]}
+            return out | {"error": failure(exc)}
     return out
 
 
