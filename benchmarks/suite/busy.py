@@ -15,7 +15,11 @@ once first. Two timings, both reported:
   core from the next call, and a worker that fell asleep is woken where the scheduler
   chooses, possibly on the core of the thread that waits for it.
 
-Each timing is taken in both orders of the two coiter systems, half the runs each.
+A third coiter system, the 1-thread call again (``CONTROL``), is the measurement's own noise:
+default threads on a busy core run the same serial loop as 1 thread, and the targets count
+default threads as slower only by more than the two identical systems differ. Each timing
+is taken with the three coiter systems in each place of the round in turn (the place moved
+the median 1-4%), the runs pooled.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from .settings import REPO_ROOT, Settings
 from .timing import Timing, round_robin, timed_call
 
 SPINNER = "while True: pass"
+DEFAULT, ONE, CONTROL = "coiter default threads", "coiter 1 thread", "coiter 1 thread, again"
 
 
 def pick_inputs(settings: Settings) -> tuple[str, str] | None:
@@ -81,8 +86,9 @@ def _probe(settings: Settings, name: str) -> dict[str, Any]:
     a, x = coiter.Tensor.from_scipy(case.ops["A"]), case.ops["x"]
     kernel = KERNELS["spmv"].compile()
     calls = {
-        "coiter default threads": lambda: kernel(A=a, x=x),
-        "coiter 1 thread": lambda: kernel(A=a, x=x, threads=1),
+        DEFAULT: lambda: kernel(A=a, x=x),
+        ONE: lambda: kernel(A=a, x=x, threads=1),
+        CONTROL: lambda: kernel(A=a, x=x, threads=1),
         "scipy": lambda: case.ops["A"] @ x,
     }
     for label, call in calls.items():
@@ -91,21 +97,24 @@ def _probe(settings: Settings, name: str) -> dict[str, Any]:
         assert_matches(np.asarray(got), case.reference, 1e-9)
     first = {label: timed_call(call)[1] for label, call in calls.items()}
     runs = dict(first_s=first, budget_s=1.0, min_runs=settings.min_runs * 2, max_runs=200)
-    batched = _in_both_orders(calls, **runs, gap_s=0.005, batches=4, warmup=2)
-    interleaved = _in_both_orders(calls, **runs)
+    batched = _in_every_place(calls, **runs, gap_s=0.005, batches=4, warmup=2)
+    interleaved = _in_every_place(calls, **runs)
     return {"input": ref.name, "nnz": int(case.ops["A"].nnz), "runs": batched["scipy"].runs,
             "threads_available": os.cpu_count(),
             "systems": _summary(batched), "interleaved": _summary(interleaved)}
 
 
-def _in_both_orders(calls: dict[str, Callable[[], Any]], **runs: Any) -> dict[str, Timing]:
-    """``round_robin`` twice, the two coiter systems in one order and then in the other, the
-    times pooled. A system's place in the round decides what ran before it: with one core
-    kept busy, USA-road-NE's SpMV at one thread and at default threads (both the serial
-    loop) differed by 1-4% in the median, in favour of whichever ran second."""
-    first, second, *rest = calls
+def _in_every_place(calls: dict[str, Callable[[], Any]], **runs: Any) -> dict[str, Timing]:
+    """``round_robin`` once per rotation of the coiter systems (the calls' first three), the
+    times pooled, so that each of them takes each place in the round. A system's place
+    decides what ran before it: with one core kept busy, USA-road-NE's SpMV at one thread
+    and at default threads (both the serial loop) differed by 1-4% in the median, in favour
+    of whichever ran second."""
+    names = list(calls)
+    coiter, rest = names[:3], names[3:]
     pooled: dict[str, list[float]] = {name: [] for name in calls}
-    for order in ([first, second, *rest], [second, first, *rest]):
+    for turn in range(len(coiter)):
+        order = coiter[turn:] + coiter[:turn] + rest
         for name, timing in round_robin({name: calls[name] for name in order}, **runs).items():
             pooled[name] += timing.times_s
     return {name: Timing.of(ts) for name, ts in pooled.items()}

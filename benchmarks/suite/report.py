@@ -232,11 +232,12 @@ def _busy_md(results: dict[str, Any]) -> str:
     return ("CSR SpMV while another process keeps one core busy (`python -c \"while True: pass\"`), "
             "OMP_NUM_THREADS unset (coiter's default: every core, limited by the work). Timed by "
             f"batches ({busy['small']['runs']} / {busy['large']['runs']} runs per system; each "
-            "system's runs back to back after a pause, 8 rounds), as a program calling one kernel "
+            "system's runs back to back after a pause, 12 rounds), as a program calling one kernel "
             "repeatedly sees it; the last column times the same calls in turn, call by call, where "
             "each call pays for the one before (workers left spinning by a parallel call take a "
-            "core from the next one). Half the rounds run default threads before 1 thread, half "
-            "after (the place in the round moved the median 1-4%). 1-min load average at start "
+            "core from the next one). The three coiter systems take each place in the round in turn "
+            "(the place moved the median 1-4%); \"1 thread, again\" is the 1-thread call timed a "
+            "second time, the noise the targets allow default threads. 1-min load average at start "
             f"{busy['load_average_at_start']:.2f}. Times in ms:\n\n"
             + markdown_table(["input", "system", "median", "90th percentile", "max",
                               "median, call by call"], rows))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any, Callable
 
-from . import analysis
+from . import analysis, busy
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,9 @@ class Target:
     higher_is_better: bool  # ratios: higher; latencies: lower
     unit: str
     measure: Callable[[dict[str, Any]], tuple[float | None, str]]  # value, how it was taken
+    # the measurement's own noise, a fraction: a value that misses the goal by less still
+    # meets it (None: no allowance)
+    noise: Callable[[dict[str, Any]], float | None] | None = None
 
 
 def _threads(results: dict[str, Any], wanted: int) -> str | None:
@@ -124,20 +127,42 @@ def _evaluate_overhead(results: dict[str, Any]) -> tuple[float | None, str]:
                    f"{analysis.threads_label(t)}")
 
 
+def _busy_medians(results: dict[str, Any], which: str, timing: str) -> dict[str, float] | None:
+    """The busy-machine probe's median seconds per system, None where it did not run."""
+    probe = results.get("busy", {})
+    if "error" in probe or which not in probe or timing not in probe[which]:
+        return None
+    return {name: rec["median_s"] for name, rec in probe[which][timing].items()}
+
+
 def _busy(which: str, timing: str = "systems") -> Callable[[dict[str, Any]], tuple[float | None, str]]:
     """Time at one thread / time at the default thread count, another core kept busy, timed
     by batches (``systems``) or call by call (``interleaved``)."""
     how = "by batches" if timing == "systems" else "call by call"
 
     def measure(results: dict[str, Any]) -> tuple[float | None, str]:
-        busy = results.get("busy", {})
-        if "error" in busy or which not in busy or timing not in busy[which]:
-            return None, f"busy-machine probe: {busy.get('error', 'not run')}"
-        rec = busy[which][timing]
-        one, default = rec["coiter 1 thread"]["median_s"], rec["coiter default threads"]["median_s"]
-        return one / default, (f"{busy[which]['input']}: coiter median at 1 thread / at default "
-                               f"threads, one core kept busy, timed {how}")
+        medians = _busy_medians(results, which, timing)
+        if medians is None:
+            return None, f"busy-machine probe: {results.get('busy', {}).get('error', 'not run')}"
+        note = f"{results['busy'][which]['input']}: coiter median at 1 thread / at default threads"
+        noise = _busy_noise(which, timing)(results)
+        if noise is not None:
+            note += f" (the 1-thread call timed twice: {noise:.1%} apart)"
+        return medians[busy.ONE] / medians[busy.DEFAULT], f"{note}, one core kept busy, timed {how}"
     return measure
+
+
+def _busy_noise(which: str, timing: str) -> Callable[[dict[str, Any]], float | None]:
+    """How far apart the probe's two identical 1-thread systems came (a fraction): on a busy
+    core default threads run that same serial loop, and a difference within this is no
+    slowdown. None for a probe without the second one."""
+    def noise(results: dict[str, Any]) -> float | None:
+        medians = _busy_medians(results, which, timing)
+        if medians is None or busy.CONTROL not in medians:
+            return None
+        pair = medians[busy.ONE], medians[busy.CONTROL]
+        return max(pair) / min(pair) - 1.0
+    return noise
 
 
 def _cold_compile(results: dict[str, Any]) -> tuple[float | None, str]:
@@ -184,12 +209,10 @@ TARGETS = [
     Target("cached call overhead <= 3 us (10x10 SpMV)", 3.0, False, "us", _overhead),
     Target("cached call overhead <= scipy's", 1.0, True, "x", _overhead_vs_scipy),
     Target("evaluate <= 2x the kernel call", 2.0, False, "x", _evaluate_overhead),
-    Target("busy machine, small SpMV: default threads no slower than 1", 1.0, True, "x", _busy("small")),
-    Target("busy machine, large SpMV: default threads no slower than 1", 1.0, True, "x", _busy("large")),
-    Target("busy machine, small SpMV, call by call: default threads no slower than 1", 1.0, True, "x",
-           _busy("small", "interleaved")),
-    Target("busy machine, large SpMV, call by call: default threads no slower than 1", 1.0, True, "x",
-           _busy("large", "interleaved")),
+    *(Target(f"busy machine, {which} SpMV{label}: default threads no slower than 1", 1.0, True, "x",
+             _busy(which, timing), _busy_noise(which, timing))
+      for timing, label in (("systems", ""), ("interleaved", ", call by call"))
+      for which in ("small", "large")),
     Target("cold compile <= 1 s", 1.0, False, "s", _cold_compile),
     # issue 15: sparse workspaces
     Target("SpGEMM >= 1.5x scipy", 1.5, True, "x", _geomean_vs("spgemm", "scipy", 1)),
@@ -207,24 +230,30 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Every target's measured value, whether it is met, and by how much: ``factor`` is
     how far past the goal (above 1: met with that margin; below 1: missed, and coiter
     must get 1/factor times faster to meet it)."""
-    out = []
-    for target in TARGETS:
-        value, how = target.measure(results)
-        row: dict[str, Any] = {"target": target.name, "goal": target.goal, "unit": target.unit,
-                               "value": value, "how": how}
-        if value is None or value <= 0:
-            row.update(met=None, factor=None)
-        else:
-            factor = value / target.goal if target.higher_is_better else target.goal / value
-            row.update(met=factor >= 1.0, factor=factor)
-        out.append(row)
-    return out
+    return [judge(target, results) for target in TARGETS]
+
+
+def judge(target: Target, results: dict[str, Any]) -> dict[str, Any]:
+    """One row of :func:`evaluate`: a value short of the goal by less than the target's
+    noise still meets it."""
+    value, how = target.measure(results)
+    row: dict[str, Any] = {"target": target.name, "goal": target.goal, "unit": target.unit,
+                           "value": value, "how": how}
+    if value is None or value <= 0:
+        row.update(met=None, factor=None)
+    else:
+        factor = value / target.goal if target.higher_is_better else target.goal / value
+        noise = (target.noise(results) if target.noise else None) or 0.0
+        row.update(met=factor >= 1.0 - noise, factor=factor, noise=noise)
+    return row
 
 
 def describe(row: dict[str, Any]) -> str:
     """"met (1.4x past the goal)" / "missed (needs 2.2x faster)" / "not measured"."""
     if row["met"] is None:
         return "not measured"
+    if row["met"] and row["factor"] < 1.0:
+        return f"met within the noise ({1 - row['factor']:.1%} short, noise {row['noise']:.1%})"
     if row["met"]:
         return f"met ({row['factor']:.2f}x past the goal)"
     return f"missed (needs {1 / row['factor']:.2f}x faster)"
