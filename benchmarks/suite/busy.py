@@ -15,11 +15,12 @@ once first. Two timings, both reported:
   core from the next call, and a worker that fell asleep is woken where the scheduler
   chooses, possibly on the core of the thread that waits for it.
 
-A third coiter system, the 1-thread call again (``CONTROL``), is the measurement's own noise:
-default threads on a busy core run the same serial loop as 1 thread, and the targets count
-default threads as slower only by more than the two identical systems differ. Each timing
-is taken with the three coiter systems in each place of the round in turn (the place moved
-the median 1-4%), the runs pooled.
+On a busy core default threads run the same serial loop as 1 thread, so each median comes
+with its 95% interval, and the targets count default threads as slower only where the two
+medians differ by more than their intervals' half-widths together. A third coiter system,
+the 1-thread call again (``CONTROL``), shows what that noise looks like: two identical
+systems. Each timing is taken with the three coiter systems in each place of the round in
+turn (the place moved the median 1-4%), the runs pooled.
 """
 from __future__ import annotations
 
@@ -120,10 +121,11 @@ def _in_every_place(calls: dict[str, Callable[[], Any]], **runs: Any) -> dict[st
     return {name: Timing.of(ts) for name, ts in pooled.items()}
 
 
-def _summary(timings: dict[str, Timing]) -> dict[str, dict[str, float]]:
-    """Median, 90th percentile and maximum per system, in seconds."""
-    return {label: {"median_s": t.median_s, "p90_s": sorted(t.times_s)[int(0.9 * (t.runs - 1))],
-                    "max_s": t.max_s} for label, t in timings.items()}
+def _summary(timings: dict[str, Timing]) -> dict[str, dict[str, Any]]:
+    """Median (and its 95% interval), 90th percentile and maximum per system, in seconds."""
+    return {label: {"median_s": t.median_s, "median_interval_s": list(t.median_interval()),
+                    "p90_s": sorted(t.times_s)[int(0.9 * (t.runs - 1))], "max_s": t.max_s}
+            for label, t in timings.items()}
 
 
 def main(argv: list[str]) -> None:

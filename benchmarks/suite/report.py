@@ -236,8 +236,9 @@ def _busy_md(results: dict[str, Any]) -> str:
             "repeatedly sees it; the last column times the same calls in turn, call by call, where "
             "each call pays for the one before (workers left spinning by a parallel call take a "
             "core from the next one). The three coiter systems take each place in the round in turn "
-            "(the place moved the median 1-4%); \"1 thread, again\" is the 1-thread call timed a "
-            "second time, the noise the targets allow default threads. 1-min load average at start "
+            "(the place moved the median 1-4%). The targets count default threads as slower only by "
+            "more than the two medians' 95% intervals allow; \"1 thread, again\" times the 1-thread "
+            "call a second time, to show that noise. 1-min load average at start "
             f"{busy['load_average_at_start']:.2f}. Times in ms:\n\n"
             + markdown_table(["input", "system", "median", "90th percentile", "max",
                               "median, call by call"], rows))

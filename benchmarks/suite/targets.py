@@ -127,12 +127,18 @@ def _evaluate_overhead(results: dict[str, Any]) -> tuple[float | None, str]:
                    f"{analysis.threads_label(t)}")
 
 
-def _busy_medians(results: dict[str, Any], which: str, timing: str) -> dict[str, float] | None:
-    """The busy-machine probe's median seconds per system, None where it did not run."""
+def _busy_systems(results: dict[str, Any], which: str, timing: str) -> dict[str, dict[str, Any]] | None:
+    """The busy-machine probe's times per system, None where it did not run."""
     probe = results.get("busy", {})
     if "error" in probe or which not in probe or timing not in probe[which]:
         return None
-    return {name: rec["median_s"] for name, rec in probe[which][timing].items()}
+    return probe[which][timing]
+
+
+def _half_width(rec: dict[str, Any]) -> float:
+    """Half the width of a system's 95% interval of the median, in seconds."""
+    lo, hi = rec["median_interval_s"]
+    return (hi - lo) / 2
 
 
 def _busy(which: str, timing: str = "systems") -> Callable[[dict[str, Any]], tuple[float | None, str]]:
@@ -141,27 +147,34 @@ def _busy(which: str, timing: str = "systems") -> Callable[[dict[str, Any]], tup
     how = "by batches" if timing == "systems" else "call by call"
 
     def measure(results: dict[str, Any]) -> tuple[float | None, str]:
-        medians = _busy_medians(results, which, timing)
-        if medians is None:
+        systems = _busy_systems(results, which, timing)
+        if systems is None:
             return None, f"busy-machine probe: {results.get('busy', {}).get('error', 'not run')}"
+        one, default = systems[busy.ONE], systems[busy.DEFAULT]
         note = f"{results['busy'][which]['input']}: coiter median at 1 thread / at default threads"
-        noise = _busy_noise(which, timing)(results)
-        if noise is not None:
-            note += f" (the 1-thread call timed twice: {noise:.1%} apart)"
-        return medians[busy.ONE] / medians[busy.DEFAULT], f"{note}, one core kept busy, timed {how}"
+        if "median_interval_s" in one and "median_interval_s" in default:
+            note += (f" (95% intervals of the medians +-{_half_width(one) / one['median_s']:.1%} and "
+                     f"+-{_half_width(default) / default['median_s']:.1%}")
+            if busy.CONTROL in systems:
+                pair = one["median_s"], systems[busy.CONTROL]["median_s"]
+                note += f"; the 1-thread call timed twice: {max(pair) / min(pair) - 1:.1%} apart"
+            note += ")"
+        return one["median_s"] / default["median_s"], f"{note}, one core kept busy, timed {how}"
     return measure
 
 
 def _busy_noise(which: str, timing: str) -> Callable[[dict[str, Any]], float | None]:
-    """How far apart the probe's two identical 1-thread systems came (a fraction): on a busy
-    core default threads run that same serial loop, and a difference within this is no
-    slowdown. None for a probe without the second one."""
+    """The two medians' 95% intervals' half-widths together, as a fraction of the default's
+    median: on a busy core default threads run the same serial loop as 1 thread, and a
+    difference within this is no slowdown. None for a probe without the intervals."""
     def noise(results: dict[str, Any]) -> float | None:
-        medians = _busy_medians(results, which, timing)
-        if medians is None or busy.CONTROL not in medians:
+        systems = _busy_systems(results, which, timing)
+        if systems is None:
             return None
-        pair = medians[busy.ONE], medians[busy.CONTROL]
-        return max(pair) / min(pair) - 1.0
+        one, default = systems[busy.ONE], systems[busy.DEFAULT]
+        if "median_interval_s" not in one or "median_interval_s" not in default:
+            return None
+        return (_half_width(one) + _half_width(default)) / default["median_s"]
     return noise
 
 

@@ -28,6 +28,16 @@ class Timing:
         """The median, minimum and maximum of ``times_s``, one per run."""
         return cls(median(times_s), min(times_s), max(times_s), len(times_s), times_s)
 
+    def median_interval(self, z: float = 1.96) -> tuple[float, float]:
+        """A distribution-free interval of the median (95% for the default ``z``): the
+        runs of ranks ``floor(n/2 - z sqrt(n)/2)`` and ``ceil(1 + n/2 + z sqrt(n)/2)``
+        (from 1), each as many ranks from the middle as a binomial count of runs below the
+        true median strays."""
+        ranked, n = sorted(self.times_s), self.runs
+        half = z * math.sqrt(n) / 2
+        lo, hi = math.floor(n / 2 - half), math.ceil(1 + n / 2 + half)
+        return ranked[max(lo, 1) - 1], ranked[min(hi, n) - 1]
+
 
 def timed_call(fn: Callable[[], Any]) -> tuple[Any, float]:
     """``fn()`` and its wall time in seconds."""
