@@ -38,6 +38,7 @@ from .timing import Timing, round_robin, timed_call
 
 SPINNER = "while True: pass"
 DEFAULT, ONE, CONTROL = "coiter default threads", "coiter 1 thread", "coiter 1 thread, again"
+ROTATED = (DEFAULT, ONE, CONTROL)  # the systems that take every place in the round in turn
 
 
 def pick_inputs(settings: Settings) -> tuple[str, str] | None:
@@ -106,16 +107,15 @@ def _probe(settings: Settings, name: str) -> dict[str, Any]:
 
 
 def _in_every_place(calls: dict[str, Callable[[], Any]], **runs: Any) -> dict[str, Timing]:
-    """``round_robin`` once per rotation of the coiter systems (the calls' first three), the
-    times pooled, so that each of them takes each place in the round. A system's place
+    """``round_robin`` once per rotation of the coiter systems (:data:`ROTATED`), the times
+    pooled, so that each of them takes each place in the round. A system's place
     decides what ran before it: with one core kept busy, USA-road-NE's SpMV at one thread
     and at default threads (both the serial loop) differed by 1-4% in the median, in favour
     of whichever ran second."""
-    names = list(calls)
-    coiter, rest = names[:3], names[3:]
+    rest = [name for name in calls if name not in ROTATED]
     pooled: dict[str, list[float]] = {name: [] for name in calls}
-    for turn in range(len(coiter)):
-        order = coiter[turn:] + coiter[:turn] + rest
+    for turn in range(len(ROTATED)):
+        order = [*ROTATED[turn:], *ROTATED[:turn], *rest]
         for name, timing in round_robin({name: calls[name] for name in order}, **runs).items():
             pooled[name] += timing.times_s
     return {name: Timing.of(ts) for name, ts in pooled.items()}

@@ -135,10 +135,13 @@ def _busy_systems(results: dict[str, Any], which: str, timing: str) -> dict[str,
     return probe[which][timing]
 
 
-def _half_width(rec: dict[str, Any]) -> float:
-    """Half the width of a system's 95% interval of the median, in seconds."""
-    lo, hi = rec["median_interval_s"]
-    return (hi - lo) / 2
+def _half_widths(one: dict[str, Any], default: dict[str, Any]) -> tuple[float, float] | None:
+    """Half the widths of the two systems' 95% intervals of the median, in seconds; None for
+    a probe without them."""
+    if "median_interval_s" not in one or "median_interval_s" not in default:
+        return None
+    (lo1, hi1), (lo2, hi2) = one["median_interval_s"], default["median_interval_s"]
+    return (hi1 - lo1) / 2, (hi2 - lo2) / 2
 
 
 def _busy(which: str, timing: str = "systems") -> Callable[[dict[str, Any]], tuple[float | None, str]]:
@@ -152,9 +155,10 @@ def _busy(which: str, timing: str = "systems") -> Callable[[dict[str, Any]], tup
             return None, f"busy-machine probe: {results.get('busy', {}).get('error', 'not run')}"
         one, default = systems[busy.ONE], systems[busy.DEFAULT]
         note = f"{results['busy'][which]['input']}: coiter median at 1 thread / at default threads"
-        if "median_interval_s" in one and "median_interval_s" in default:
-            note += (f" (95% intervals of the medians +-{_half_width(one) / one['median_s']:.1%} and "
-                     f"+-{_half_width(default) / default['median_s']:.1%}")
+        widths = _half_widths(one, default)
+        if widths is not None:
+            note += (f" (95% intervals of the medians +-{widths[0] / one['median_s']:.1%} and "
+                     f"+-{widths[1] / default['median_s']:.1%}")
             if busy.CONTROL in systems:
                 pair = one["median_s"], systems[busy.CONTROL]["median_s"]
                 note += f"; the 1-thread call timed twice: {max(pair) / min(pair) - 1:.1%} apart"
@@ -172,9 +176,10 @@ def _busy_noise(which: str, timing: str) -> Callable[[dict[str, Any]], float | N
         if systems is None:
             return None
         one, default = systems[busy.ONE], systems[busy.DEFAULT]
-        if "median_interval_s" not in one or "median_interval_s" not in default:
+        widths = _half_widths(one, default)
+        if widths is None:
             return None
-        return (_half_width(one) + _half_width(default)) / default["median_s"]
+        return sum(widths) / default["median_s"]
     return noise
 
 
