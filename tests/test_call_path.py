@@ -139,6 +139,27 @@ def test_plan_refusals_still_compute_or_raise() -> None:
 
 
 @needs_plan
+def test_plan_takes_exactly_an_operand_dict_and_threads() -> None:
+    """The plan's C entry (a vectorcall, no argument tuple) checks its arguments itself:
+    anything but (dict, threads) positionally is a TypeError, and a right call still
+    computes SciPy's values."""
+    A = sp.random(30, 20, density=0.3, random_state=3, format="csr")
+    x = np.random.default_rng(3).standard_normal(20)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    At = coiter.Tensor.from_scipy(A)
+    k(A=At, x=x)
+    plan = k._plan
+    ops = {"A": At, "x": x}
+    for call in (lambda: plan(ops), lambda: plan(ops, None, None), lambda: plan(),
+                 lambda: plan(operands=ops, threads=None), lambda: plan(ops, threads=None),
+                 lambda: plan(list(ops.items()), None)):
+        with pytest.raises(TypeError, match="operands \\(a dict\\) and threads"):
+            call()
+    np.testing.assert_allclose(plan(ops, None).to_numpy(), A @ x, rtol=1e-12)
+    np.testing.assert_allclose(plan(ops, 2).to_numpy(), A @ x, rtol=1e-12)
+
+
+@needs_plan
 def test_plan_evaluates_pending_dsl_tensors_first() -> None:
     rng = np.random.default_rng(4)
     a = rng.standard_normal((6, 5))

@@ -77,6 +77,7 @@ typedef struct {
 
 typedef struct {
   PyObject_HEAD
+  vectorcallfunc vectorcall;  /* plan_vectorcall: calls build no argument tuple */
   packed_fn fn;
   PyObject* keepalive;     /* the loaded library: fn stays mapped */
   PyObject* finisher;      /* finisher(rc, vals, arrays, shape) -> result or None */
@@ -313,6 +314,19 @@ static int plan_init(CallPlan* p, PyObject* args, PyObject* kwds) {
   return 0;
 }
 
+/* The object in slot ``m`` of ``obj`` (borrowed; NULL while unset): the slots are object
+ * slots (slot_of took them from the class's __slots__), read without PyMember_GetOne's new
+ * reference, which a cold call paid for in cache misses. */
+static inline PyObject* slot_get(PyObject* obj, const PyMemberDef* m) {
+  return *(PyObject**)((char*)obj + m->offset);
+}
+
+/* Set slot ``m`` of a freshly allocated ``obj`` (the slot is unset) to ``value``. */
+static inline void slot_init(PyObject* obj, const PyMemberDef* m, PyObject* value) {
+  Py_INCREF(value);
+  *(PyObject**)((char*)obj + m->offset) = value;
+}
+
 /* Fill ``w`` with operand k's block from ``obj``; 1 on success, 0 when the fast path does
  * not apply, -1 on a Python error. ``hold`` receives a new reference kept over the call. */
 static int bind_operand(CallPlan* p, const OpSpec* o, PyObject* obj, int64_t* w, PyObject** hold) {
@@ -336,13 +350,12 @@ static int bind_operand(CallPlan* p, const OpSpec* o, PyObject* obj, int64_t* w,
     return 1;
   }
   if (!PyObject_TypeCheck(obj, (PyTypeObject*)p->tensor_type)) return 0;
-  PyObject* pending = PyMember_GetOne((const char*)obj, p->m_pending);
-  if (!pending) return -1;
-  int is_pending = pending != Py_None;
-  Py_DECREF(pending);
-  if (is_pending) return 0;  /* a DSL assignment not computed yet: the Python path runs it */
-  PyObject* storage = PyMember_GetOne((const char*)obj, p->m_storage);
-  if (!storage) return -1;
+  PyObject* pending = slot_get(obj, p->m_pending);
+  if (pending != Py_None) return 0;  /* a DSL assignment not computed yet (or a Tensor not
+                                        initialised): the Python path runs it, or says why */
+  PyObject* storage = slot_get(obj, p->m_storage);
+  if (!storage) return 0;
+  Py_INCREF(storage);
   PyObject* cargs = NULL;
   PyObject* dict = PyObject_GenericGetDict(storage, NULL);
   if (dict) {
@@ -403,12 +416,12 @@ static PyObject* result_tensor(CallPlan* p, PyObject* shape, PyObject* vals, PyO
   }
   if (!(dict = PyObject_GenericGetDict(storage, NULL)) ||
       PyDict_SetItem(dict, s_format, p->rformat) < 0 || PyDict_SetItem(dict, s_shape, shape) < 0 ||
-      PyDict_SetItem(dict, s_levels, levels) < 0 || PyDict_SetItem(dict, s_vals, vals) < 0 ||
-      PyMember_SetOne((char*)tensor, p->m_storage, storage) < 0 ||
-      PyMember_SetOne((char*)tensor, p->m_pending, Py_None) < 0 ||
-      PyMember_SetOne((char*)tensor, p->m_name, p->rname) < 0 ||
-      PyMember_SetOne((char*)tensor, p->m_readers, Py_None) < 0)
+      PyDict_SetItem(dict, s_levels, levels) < 0 || PyDict_SetItem(dict, s_vals, vals) < 0)
     goto fail;
+  slot_init(tensor, p->m_storage, storage);
+  slot_init(tensor, p->m_pending, Py_None);
+  slot_init(tensor, p->m_name, p->rname);
+  slot_init(tensor, p->m_readers, Py_None);
   Py_DECREF(dict);
   Py_DECREF(levels);
   Py_DECREF(storage);
@@ -418,9 +431,8 @@ fail:
   return NULL;
 }
 
-/* plan(operands: dict, threads) -> result | NotImplemented | what the finisher returns */
-static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
-  PyObject *operands, *threads_obj;
+/* plan(operands, threads) for operands, a dict, and threads: None or an int */
+static PyObject* plan_run(CallPlan* p, PyObject* operands, PyObject* threads_obj) {
   PyObject* hold[MAX_OPS];
   PyObject *result = NULL, *vals = NULL, *shape = NULL, *arrays = NULL;
   int64_t w[MAX_WORDS], argv[MAX_PARAMS], rshape[MAX_ORDER], rdims[MAX_ORDER];
@@ -429,8 +441,6 @@ static PyObject* plan_call(CallPlan* p, PyObject* args, PyObject* kwds) {
   int64_t threads = 0, size = 1, work = 0, cap_hint;
   int held = 0, rc;
 
-  if (kwds && PyDict_GET_SIZE(kwds)) { PyErr_SetString(PyExc_TypeError, "CallPlan takes no keywords"); return NULL; }
-  if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &operands, &threads_obj)) return NULL;
   if (PyDict_GET_SIZE(operands) != p->nops) Py_RETURN_NOTIMPLEMENTED;
   if (threads_obj != Py_None) {
     if (!PyLong_CheckExact(threads_obj)) Py_RETURN_NOTIMPLEMENTED;
@@ -565,6 +575,17 @@ done:
   return result;
 }
 
+/* plan(operands: dict, threads) -> result | NotImplemented | what the finisher returns.
+ * A vectorcall: the arguments come as an array, checked here without PyArg_ParseTuple, whose
+ * generic parsing was a tenth of a cold call's misses. */
+static PyObject* plan_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  if ((kwnames && PyTuple_GET_SIZE(kwnames)) || PyVectorcall_NARGS(nargsf) != 2 || !PyDict_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "CallPlan takes two positional arguments: operands (a dict) and threads");
+    return NULL;
+  }
+  return plan_run((CallPlan*)self, args[0], args[1]);
+}
+
 /* plan.remember(key, values): the derived extents ``values`` (nderived of them) the Python
  * path solved for operands whose key words hold ``key``; later calls with those shapes take
  * them from here. */
@@ -596,6 +617,7 @@ static PyMethodDef plan_methods[] = {
 
 static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   CallPlan* p = (CallPlan*)type->tp_alloc(type, 0);
+  if (p) p->vectorcall = plan_vectorcall;
   return (PyObject*)p;
 }
 
@@ -603,14 +625,15 @@ static PyTypeObject CallPlanType = {
   PyVarObject_HEAD_INIT(NULL, 0)
   .tp_name = "coiter.runtime._fastcall.CallPlan",
   .tp_basicsize = sizeof(CallPlan),
-  .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+  .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+  .tp_vectorcall_offset = offsetof(CallPlan, vectorcall),
   .tp_doc = "A compiled kernel bound for fast calls: plan(operands, threads).",
   .tp_new = plan_new,
   .tp_init = (initproc)plan_init,
   .tp_dealloc = (destructor)plan_dealloc,
   .tp_traverse = (traverseproc)plan_traverse,
   .tp_clear = (inquiry)plan_clear,
-  .tp_call = (ternaryfunc)plan_call,
+  .tp_call = PyVectorcall_Call,
   .tp_methods = plan_methods,
 };
 
