@@ -157,6 +157,9 @@ def test_plan_takes_exactly_an_operand_dict_and_threads() -> None:
             call()
     np.testing.assert_allclose(plan(ops, None).to_numpy(), A @ x, rtol=1e-12)
     np.testing.assert_allclose(plan(ops, 2).to_numpy(), A @ x, rtol=1e-12)
+    bare = type(plan).__new__(type(plan))  # no kernel bound: an error, not a call through null
+    with pytest.raises(TypeError, match="not initialised"):
+        bare({}, None)
 
 
 @needs_plan

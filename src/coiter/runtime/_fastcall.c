@@ -171,12 +171,13 @@ static int* int_tuple(PyObject* t, Py_ssize_t n, int* n_out, const char* what) {
   return out;
 }
 
-/* The member definition of slot ``name`` of class ``type`` (kept alive by the type). */
+/* The member definition of slot ``name`` of class ``type`` (kept alive by the type): an
+ * object slot (as __slots__ makes), which slot_get and slot_init read and set in place. */
 static PyMemberDef* slot_of(PyObject* type, PyObject* name) {
   PyObject* descr = PyObject_GetAttr(type, name);
   if (!descr) return NULL;
   PyMemberDef* def = NULL;
-  if (Py_IS_TYPE(descr, &PyMemberDescr_Type))
+  if (Py_IS_TYPE(descr, &PyMemberDescr_Type) && ((PyMemberDescrObject*)descr)->d_member->type == T_OBJECT_EX)
     def = ((PyMemberDescrObject*)descr)->d_member;
   else
     PyErr_Format(PyExc_TypeError, "%R is not a slot of %R", name, type);
@@ -581,6 +582,10 @@ done:
 static PyObject* plan_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   if ((kwnames && PyTuple_GET_SIZE(kwnames)) || PyVectorcall_NARGS(nargsf) != 2 || !PyDict_Check(args[0])) {
     PyErr_SetString(PyExc_TypeError, "CallPlan takes two positional arguments: operands (a dict) and threads");
+    return NULL;
+  }
+  if (!((CallPlan*)self)->fn) {  /* made by __new__ alone: no kernel to call */
+    PyErr_SetString(PyExc_TypeError, "CallPlan was not initialised");
     return NULL;
   }
   return plan_run((CallPlan*)self, args[0], args[1]);
