@@ -9,7 +9,8 @@ names the seed that rebuilds it: ``chain(seed)``.
 
 Where coiter documents another answer than NumPy's, the comparison follows the
 documentation: entries where NumPy's value is not finite are not compared (a sparse
-operand's unstored zeros do not turn ``inf`` into ``nan``), bools squared come back as
+operand's unstored zeros do not turn ``inf`` into ``nan``), nor does a comparison or logical
+operator take a non-finite value (its bool would hide one), bools squared come back as
 int64 where NumPy gives int8 (functions of bools compute in int64, docs/language.md), and
 chains of narrow integers do not turn float (a fused expression computes in its final type,
 so NumPy's wrap of int8/uint8 values before a float step is not reproduced).
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import coiter
 from fuzz.cases import random_format
@@ -42,6 +43,8 @@ UNARY: dict[str, Callable[[Any], Any]] = {
 # reductions: a whole one ends a chain, one along an axis gives a vector the chain goes on from
 REDUCTIONS = ("sum", "max", "min", "mean")
 ORDERED = ("maximum", "minimum", "hypot", ">", "<=", ">=", "max", "min")  # no complex version
+# operators whose bools hide a non-finite input from the final comparison
+BOOLEAN = (">", "<=", ">=", "==", "!=", "logical_and")
 
 
 def _leaf(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> tuple[coiter.Tensor, np.ndarray]:
@@ -62,6 +65,14 @@ def _allowed(op: str, dtype: np.dtype) -> bool:
     # a fused expression computes in its final type: NumPy's wrap of a narrow integer
     # (-A of uint8, a product past 127 in int8) before the chain turns float is not reproduced
     return not (_narrow(dtype) and op in ("divide", "2 **", "hypot", "float"))
+
+
+def _hides_non_finite(op: str, *refs: Any) -> bool:
+    """Whether ``op`` would turn a non-finite value of NumPy's into a finite bool. Coiter may
+    compute such a value otherwise (an unstored zero does not turn ``inf`` into ``nan``), and
+    the final comparison, which leaves out non-finite entries, could no longer tell."""
+    return op in BOOLEAN and any(np.asarray(r).dtype.kind in "fc" and not np.isfinite(r).all()
+                                 for r in refs)
 
 
 def _narrow(dtype: np.dtype) -> bool:
@@ -102,7 +113,7 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
                 other = other_ref = rng.choice([0, 0.5, -1, 2]).item()
                 if isinstance(other, float) and not _allowed("float", ref.dtype):
                     continue
-            if not _allowed(op, np.result_type(ref, other_ref)):
+            if not _allowed(op, np.result_type(ref, other_ref)) or _hides_non_finite(op, ref, other_ref):
                 continue
             steps.append(f"{op} {getattr(other, 'format', other)}")
             value, ref = BINARY[op](value, other), BINARY[op](ref, other_ref)
@@ -125,7 +136,7 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
                 value, ref = value @ value.T, ref @ ref.T
             else:
                 op = str(rng.choice(sorted(BINARY)))
-                if not _allowed(op, ref.dtype):
+                if not _allowed(op, ref.dtype) or _hides_non_finite(op, ref):
                     continue
                 flip = flip and square
                 steps.append(f"{op} itself{'.T' if flip else ''}")
@@ -169,7 +180,7 @@ def chain(seed: int) -> tuple[Any, np.ndarray, list[str]]:
                 if rng.random() < 0.5:
                     left, left_ref, right, right_ref = right, right_ref, left, left_ref
                 steps.append(f"{op} {leaf.format.to_string()}.{red}(axis=0)")
-            if not _allowed(op, np.result_type(left_ref, right_ref)):
+            if not _allowed(op, np.result_type(left_ref, right_ref)) or _hides_non_finite(op, left_ref, right_ref):
                 continue
             value, ref = BINARY[op](left, right), BINARY[op](left_ref, right_ref)
         ref = np.asarray(ref)
@@ -187,6 +198,7 @@ def _comparable(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
+@example(seed=593797)  # inf times an unstored zero, then != : a bool hid NumPy's nan
 def test_random_operator_chains_equal_numpy(seed: int) -> None:
     """Each chain twice, built afresh from the same seed: the second time a deferred chain
     runs the kernel the first one left for its operations (coiter.lazy's fast path), and
