@@ -108,6 +108,25 @@ def test_ctypes_path_matches_numpy(expr, formats, shapes, monkeypatch) -> None:
     assert k._plan is None
 
 
+def test_without_the_extension_kernels_compute_through_python() -> None:
+    """A build without ``coiter.runtime._fastcall``: Kernel's base is the Python
+    ``KernelCall``, and calls (threads by keyword or position) still give SciPy's values."""
+    script = """
+import sys
+sys.modules["coiter.runtime._fastcall"] = None  # as if the extension was not built
+import numpy as np, scipy.sparse as sp, coiter
+from coiter.runtime import callplan
+assert not callplan.available() and coiter.Kernel.__mro__[1] is callplan.KernelCall
+a = sp.random_array((30, 20), density=0.3, rng=1, format="csr")
+x = np.random.default_rng(1).standard_normal(20)
+k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+for call in (lambda: k(A=a, x=x), lambda: k(2, A=a, x=x), lambda: k(A=a, x=x, threads=1)):
+    np.testing.assert_allclose(call().to_numpy(), a @ x, rtol=1e-12)
+assert k._plan is None
+"""
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
 @needs_plan
 def test_plan_refusals_still_compute_or_raise() -> None:
     rng = np.random.default_rng(1)
@@ -160,6 +179,64 @@ def test_plan_takes_exactly_an_operand_dict_and_threads() -> None:
     bare = type(plan).__new__(type(plan))  # no kernel bound: an error, not a call through null
     with pytest.raises(TypeError, match="not initialised"):
         bare({}, None)
+
+
+@needs_plan
+def test_kernel_calls_enter_the_plan_in_c_and_decline_to_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Kernel's call goes in C to its plan (Tensors, arrays, SciPy matrices, ``threads``
+    by keyword); what the plan declines goes to ``Kernel._call``, which still computes or
+    raises; either way the values are SciPy's and no operand's reference is leaked."""
+    assert issubclass(coiter.Kernel, callplan.KernelCall)
+    rng = np.random.default_rng(12)
+    a = sp.random_array((30, 20), density=0.3, rng=rng, format="csr")
+    x = rng.standard_normal(20)
+    k = coiter.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    At = coiter.Tensor.from_scipy(a)
+    k(A=At, x=x)
+    declined: list[tuple] = []
+    python_call = coiter.kernel.Kernel._call
+
+    def counted(self, *args, **kw):
+        declined.append(args)
+        return python_call(self, *args, **kw)
+
+    monkeypatch.setattr(coiter.kernel.Kernel, "_call", counted)
+    strided = np.repeat(x, 2)[::2]
+    refs = [sys.getrefcount(v) for v in (At, a, x, strided)]
+    for _ in range(50):
+        for ops in ({"A": At, "x": x}, {"A": a, "x": x}, {"A": At, "x": x, "threads": 1},
+                    {"A": a, "x": x, "threads": 2}, {"A": At, "x": x, "threads": None}):
+            np.testing.assert_allclose(k(**ops).to_numpy(), a @ x, rtol=1e-12)
+    del ops
+    assert declined == []
+    np.testing.assert_allclose(k(1, A=At, x=x).to_numpy(), a @ x, rtol=1e-12)  # positional threads
+    np.testing.assert_allclose(k(A=At, x=strided).to_numpy(), a @ x, rtol=1e-12)  # not bound in C
+    assert len(declined) == 2
+    for _ in range(50):  # errors raised on the declined path
+        with pytest.raises(coiter.ShapeError, match="index variable j has size 20"):
+            k(A=At, x=np.ones(21))
+        with pytest.raises(coiter.ShapeError, match="missing operand"):
+            k(x=x)
+        with pytest.raises(ValueError, match="threads must be a positive integer"):
+            k(A=a, x=x, threads=0)
+    assert [sys.getrefcount(v) for v in (At, a, x, strided)] == refs
+    bad = a.copy()
+    bad.indices[0] = 1000  # the SciPy matrix's conversion raises, naming the operand
+    with pytest.raises(coiter.FormatError, match="A level 2 .*coordinate out of range"):
+        k(A=bad, x=x)
+
+
+@needs_plan
+def test_kernels_reading_index_sets_gather_before_the_plan() -> None:
+    """A kernel with index sets never hands the given operands to its plan as they are."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal(6)
+    k = coiter.compile("y(i) = x(i({0,3,5}))")
+    assert not k._direct
+    for _ in range(3):  # the first call makes the plan, the next ones have it
+        np.testing.assert_allclose(k(x=x).to_numpy(), x[[0, 3, 5]], rtol=1e-15)
+    x2 = rng.standard_normal(6)
+    np.testing.assert_allclose(k(x=x2).to_numpy(), x2[[0, 3, 5]], rtol=1e-15)
 
 
 @needs_plan

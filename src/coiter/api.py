@@ -300,7 +300,7 @@ def call_remembered(spelling: tuple, operands: dict[str, Any]) -> Tensor | None:
     """The result of the last kernel used for ``spelling`` through its C call plan, or None
     when that does not apply."""
     kernel = _last.get(spelling)
-    # a kernel with index sets gathers its operands first (Kernel.__call__)
+    # a kernel with index sets gathers its operands first (Kernel._call)
     plan = kernel._plan if kernel is not None and not kernel.gathers else None
     if plan is None:
         return None

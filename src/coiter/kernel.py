@@ -25,7 +25,7 @@ from .interop.torch_interop import is_torch
 from .notation.index_sets import Gather
 from .operands import as_tensor
 from .pictures import Dot
-from .runtime.callplan import Bound, build_plan, remember_extents
+from .runtime.callplan import Bound, KernelCall, build_plan, remember_extents
 from .runtime.kernel import StorageKernel, Variant
 from .tensor import Tensor, check_shape, scipy_as_tensors
 
@@ -34,14 +34,30 @@ from .tensor import Tensor, check_shape, scipy_as_tensors
 MAX_THREADS = 4096
 
 
-class Kernel:
-    """A compiled tensor assignment; call it with operands by name."""
+class Kernel(KernelCall):
+    """A compiled tensor assignment; call it with operands by name,
+    ``kernel(threads=None, **operands)``, for the result as a :class:`coiter.Tensor`.
+
+    ``threads`` sets the number of OpenMP threads of parallel loops for this call.
+    By default it is ``OMP_NUM_THREADS`` (else every core), limited to one thread
+    per 16384 stored values the call reads and writes, so that small calls run
+    serially (and so does a call of under 2**20 values that comes 5 ms or more after the
+    process's last kernel call, whose OpenMP workers may have gone to sleep); pass an
+    operand named ``threads`` through :meth:`run`.
+
+    A call goes in C (:class:`~coiter.runtime.callplan.KernelCall`) to the plan of the
+    variant that ran last; what that plan declines comes to :meth:`_call`."""
+
+    # SciPy matrices as Tensors (kept per matrix while it is unchanged), for the C entry's
+    # second try of the plan
+    _convert_operands = staticmethod(scipy_as_tensors)
 
     def __init__(self, core: StorageKernel, gathers: Mapping[str, Gather] | None = None) -> None:
         self.core = core
         # operands built from the given ones through index sets (coiter.notation.index_sets)
         self.gathers: dict[str, Gather] = dict(gathers or {})
-        self._plan: Any = None  # C call plan of the variant that ran last
+        self._direct = not self.gathers  # whether calls' operands go to the plan as given
+        self._plan = None  # C call plan of the variant that ran last
         self._plans: dict[int, Bound | None] = {}  # per variant (id), None where there is none
         self._densified: set[str] = set()  # operands a call densified (warned once each)
 
@@ -88,15 +104,9 @@ class Kernel:
         return self.core.source
 
     # -- calling -------------------------------------------------------------------------
-    def __call__(self, threads: int | None = None, **operands: Any) -> Tensor:
-        """Compute the assignment; returns the result as a :class:`coiter.Tensor`.
-
-        ``threads`` sets the number of OpenMP threads of parallel loops for this call.
-        By default it is ``OMP_NUM_THREADS`` (else every core), limited to one thread
-        per 16384 stored values the call reads and writes, so that small calls run
-        serially (and so does a call of under 2**20 values that comes 5 ms or more after the
-        process's last kernel call, whose OpenMP workers may have gone to sleep); pass an
-        operand named ``threads`` through :meth:`run`."""
+    def _call(self, threads: int | None = None, **operands: Any) -> Tensor:
+        """A call the C entry did not finish: gathers operands, tries the plan with given
+        ``threads`` or SciPy matrices as Tensors, else takes the Python path."""
         if self.gathers:
             operands = self._gathered(operands)
         plan = self._plan

@@ -433,7 +433,8 @@ fail:
 }
 
 /* plan(operands, threads) for operands, a dict, and threads: None or an int */
-static PyObject* plan_run(CallPlan* p, PyObject* operands, PyObject* threads_obj) {
+/* The plan's call on the dict ``operands`` (``extra`` of its entries are not operands). */
+static PyObject* plan_run(CallPlan* p, PyObject* operands, PyObject* threads_obj, int extra) {
   PyObject* hold[MAX_OPS];
   PyObject *result = NULL, *vals = NULL, *shape = NULL, *arrays = NULL;
   int64_t w[MAX_WORDS], argv[MAX_PARAMS], rshape[MAX_ORDER], rdims[MAX_ORDER];
@@ -442,7 +443,7 @@ static PyObject* plan_run(CallPlan* p, PyObject* operands, PyObject* threads_obj
   int64_t threads = 0, size = 1, work = 0, cap_hint;
   int held = 0, rc;
 
-  if (PyDict_GET_SIZE(operands) != p->nops) Py_RETURN_NOTIMPLEMENTED;
+  if (PyDict_GET_SIZE(operands) != p->nops + extra) Py_RETURN_NOTIMPLEMENTED;
   if (threads_obj != Py_None) {
     if (!PyLong_CheckExact(threads_obj)) Py_RETURN_NOTIMPLEMENTED;
     threads = PyLong_AsLongLong(threads_obj);
@@ -588,7 +589,7 @@ static PyObject* plan_vectorcall(PyObject* self, PyObject* const* args, size_t n
     PyErr_SetString(PyExc_TypeError, "CallPlan was not initialised");
     return NULL;
   }
-  return plan_run((CallPlan*)self, args[0], args[1]);
+  return plan_run((CallPlan*)self, args[0], args[1], 0);
 }
 
 /* plan.remember(key, values): the derived extents ``values`` (nderived of them) the Python
@@ -640,6 +641,88 @@ static PyTypeObject CallPlanType = {
   .tp_clear = (inquiry)plan_clear,
   .tp_call = PyVectorcall_Call,
   .tp_methods = plan_methods,
+};
+
+/* KernelCall: the base of coiter.Kernel. Its call hands the keyword operands straight to
+ * the plan of the variant that ran last, so a cached call runs no Python code (in a call
+ * that follows other libraries' work, the Python frame of a ``__call__`` method and its
+ * attribute lookups were a third of the time). SciPy matrices become Tensors through the
+ * subclass's ``_convert_operands(dict) -> dict`` and the plan is tried again. Whatever the
+ * plan still declines (positional arguments, operands it does not bind, kernels reading
+ * gathered operands) goes to the subclass's ``_call(threads=None, **operands)``. */
+typedef struct {
+  PyObject_HEAD
+  PyObject* plan;  /* _plan: the CallPlan of the variant that ran last, or None */
+  char direct;     /* _direct: calls' operands are the plan's as given (no gathers) */
+} KernelCall;
+
+static PyObject *s_call, *s_convert, *s_threads;
+
+/* plan's result for a call's keyword arguments (operands, and maybe ``threads``) */
+static PyObject* kernel_try(CallPlan* plan, PyObject* kwargs) {
+  PyObject* threads = PyDict_GetItemWithError(kwargs, s_threads);
+  if (!threads && PyErr_Occurred()) return NULL;
+  return plan_run(plan, kwargs, threads ? threads : Py_None, threads != NULL);
+}
+
+static PyObject* kernel_call(KernelCall* k, PyObject* args, PyObject* kwargs) {
+  PyObject* plan = k->plan;
+  if (k->direct && plan && Py_IS_TYPE(plan, &CallPlanType) && ((CallPlan*)plan)->fn &&
+      kwargs && PyTuple_GET_SIZE(args) == 0) {
+    Py_INCREF(plan);  /* Python code run below (finisher, conversion) may replace _plan */
+    PyObject* out = kernel_try((CallPlan*)plan, kwargs);
+    if (out == Py_NotImplemented) {
+      Py_DECREF(out);
+      PyObject* converted = PyObject_CallMethodOneArg((PyObject*)k, s_convert, kwargs);
+      out = !converted ? NULL : PyDict_Check(converted) ? kernel_try((CallPlan*)plan, converted)
+                                                         : Py_NewRef(Py_NotImplemented);
+      Py_XDECREF(converted);
+    }
+    Py_DECREF(plan);
+    if (!out || (out != Py_NotImplemented && out != Py_None)) return out;
+    Py_DECREF(out);
+  }
+  PyObject* slow = PyObject_GetAttr((PyObject*)k, s_call);
+  if (!slow) return NULL;
+  PyObject* out = PyObject_Call(slow, args, kwargs);
+  Py_DECREF(slow);
+  return out;
+}
+
+static int kernel_traverse(KernelCall* k, visitproc visit, void* arg) {
+  Py_VISIT(k->plan);
+  return 0;
+}
+
+static int kernel_clear(KernelCall* k) {
+  Py_CLEAR(k->plan);
+  return 0;
+}
+
+static void kernel_dealloc(KernelCall* k) {
+  PyObject_GC_UnTrack(k);
+  kernel_clear(k);
+  Py_TYPE(k)->tp_free((PyObject*)k);
+}
+
+static PyMemberDef kernel_members[] = {
+  {"_plan", T_OBJECT, offsetof(KernelCall, plan), 0, "CallPlan of the variant that ran last, or None."},
+  {"_direct", T_BOOL, offsetof(KernelCall, direct), 0, "Whether calls' operands go to the plan as given."},
+  {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject KernelCallType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "coiter.runtime._fastcall.KernelCall",
+  .tp_basicsize = sizeof(KernelCall),
+  .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+  .tp_doc = "Base of coiter.Kernel: calls go to its CallPlan, else to its _call method.",
+  .tp_new = PyType_GenericNew,
+  .tp_dealloc = (destructor)kernel_dealloc,
+  .tp_traverse = (traverseproc)kernel_traverse,
+  .tp_clear = (inquiry)kernel_clear,
+  .tp_call = (ternaryfunc)kernel_call,
+  .tp_members = kernel_members,
 };
 
 /* array(n, dtype, zero) -> a 1-D array, zeroed or not; large ones from the result pool */
@@ -698,21 +781,21 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
   import_array();
-  if (pool_init() < 0 || PyType_Ready(&CallPlanType) < 0) return NULL;
+  if (pool_init() < 0 || PyType_Ready(&CallPlanType) < 0 || PyType_Ready(&KernelCallType) < 0) return NULL;
   load_init();
   struct { PyObject** slot; const char* text; } names[] = {
     {&s_storage, "_storage"}, {&s_pending, "_pending"}, {&s_name, "_name"},
     {&s_readers, "_readers"}, {&s_cargs, "_cargs"}, {&s_format, "format"},
     {&s_shape, "shape"}, {&s_levels, "levels"}, {&s_vals, "vals"},
-    {&s_read_only_levels, "_read_only_levels"},
+    {&s_read_only_levels, "_read_only_levels"}, {&s_call, "_call"},
+    {&s_convert, "_convert_operands"}, {&s_threads, "threads"},
   };
   for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
     if (!(*names[k].slot = PyUnicode_InternFromString(names[k].text))) return NULL;
   PyObject* m = PyModule_Create(&module);
   if (!m) return NULL;
-  Py_INCREF(&CallPlanType);
-  if (PyModule_AddObject(m, "CallPlan", (PyObject*)&CallPlanType) < 0) {
-    Py_DECREF(&CallPlanType);
+  if (PyModule_AddObjectRef(m, "CallPlan", (PyObject*)&CallPlanType) < 0 ||
+      PyModule_AddObjectRef(m, "KernelCall", (PyObject*)&KernelCallType) < 0) {
     Py_DECREF(m);
     return NULL;
   }

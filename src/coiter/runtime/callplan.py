@@ -31,6 +31,19 @@ except ImportError:  # built without the extension: ctypes only
 GIL_WORK = 65536
 
 
+if _fastcall is not None:
+    KernelCall: type = _fastcall.KernelCall
+else:
+    class KernelCall:  # type: ignore[no-redef]
+        """Base of :class:`coiter.Kernel` without the extension: every call is ``_call``'s."""
+
+        _plan: Any = None
+        _direct = True
+
+        def __call__(self, threads: int | None = None, **operands: Any) -> Any:
+            return self._call(threads, **operands)  # type: ignore[attr-defined]
+
+
 def available() -> bool:
     """Whether the C call path is built."""
     return _fastcall is not None
