@@ -432,8 +432,8 @@ fail:
   return NULL;
 }
 
-/* plan(operands, threads) for operands, a dict, and threads: None or an int */
-/* The plan's call on the dict ``operands`` (``extra`` of its entries are not operands). */
+/* plan(operands, threads) for operands, a dict (``extra`` of its entries are not operands:
+ * a kernel call's ``threads`` keyword), and threads: None or an int */
 static PyObject* plan_run(CallPlan* p, PyObject* operands, PyObject* threads_obj, int extra) {
   PyObject* hold[MAX_OPS];
   PyObject *result = NULL, *vals = NULL, *shape = NULL, *arrays = NULL;
