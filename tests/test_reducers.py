@@ -117,6 +117,23 @@ def test_nested_and_mixed_reductions() -> None:
     np.testing.assert_allclose(got.to_numpy(), (B.sum(axis=2).max(axis=1) + 1).prod())
 
 
+@pytest.mark.parametrize("op", ["min", "max"])
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.uint32, np.int8])
+def test_min_and_max_of_every_integer_width(op: str, dtype) -> None:
+    """Their identities are the type's extremes (uint64's max, 2**64 - 1, above int64's
+    range: README run's seed 4225571808 of tests/test_operator_chains.py), and the
+    result is NumPy's, implicit zeros included."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(7)
+    D = rng.integers(info.min, info.max, size=(9, 7), dtype=dtype, endpoint=True)
+    D[rng.random(D.shape) < 0.4] = 0
+    D[3] = 0
+    D[5] = info.max
+    y = coiter.evaluate(f"y(i) = {op}(j, A(i,j))", A=coiter.Tensor.from_numpy(D, format="csr"))
+    np.testing.assert_array_equal(y.to_numpy(), REFERENCES[op](D, axis=1))
+    assert y.to_numpy().dtype == dtype
+
+
 def test_product_is_not_hoisted_out_of_a_min() -> None:
     """min(j, B(i,j)) * d(i) with negative d is no min of the products."""
     A = _matrix(5)

@@ -1420,8 +1420,10 @@ def _const(value: object) -> str:
         value = int.__index__(value)
         if -2**31 < value < 2**31:
             return str(value)
+        if 2**63 <= value < 2**64:  # uint64's upper half: its max (a min's identity), literals
+            return f"{value}ULL"
         if not -2**63 <= value < 2**63:
-            raise ValueError(f"integer constant {value} does not fit int64_t")
+            raise ValueError(f"integer constant {value} does not fit 64 bits")
         # a suffix keeps a wide constant 64-bit; -2^63 has no literal of its own in C
         return f"({value + 1}LL - 1)" if value == -2**63 else f"{value}LL"
     if isinstance(value, float):
