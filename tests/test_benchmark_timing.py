@@ -1,4 +1,4 @@
-"""The benchmark suite's interval of a median."""
+"""The benchmark suite's timing: the interval of a median, runs in batches."""
 from __future__ import annotations
 
 import math
@@ -29,3 +29,34 @@ def test_the_median_interval_covers_the_median_95_percent_of_the_time(n: int) ->
 def test_the_median_interval_of_100_runs() -> None:
     # the textbook 95% interval of the median of 100: the 40th and 61st smallest
     assert Timing.of([float(v) for v in range(1, 101)]).median_interval() == (40.0, 61.0)
+
+
+def test_runs_in_batches_give_the_interval_of_their_batches_medians() -> None:
+    # 24 batches of 5 runs; batch k's runs lie around k (within +-0.2): the interval of 24
+    # samples is ranks 7 and 18, so the batches' medians 6 and 17, not the runs' ranks 49
+    # and 72 of 120 (9.1 and 13.9), which would count every run as independent
+    times = [k + d for k in range(23, -1, -1) for d in (0.2, -0.1, 0.0, 0.1, -0.2)]
+    assert Timing.of(times, batch_runs=5).median_interval() == (6.0, 17.0)
+    assert Timing.of(times).median_interval() == pytest.approx((9.1, 13.9))
+
+
+def test_round_robin_keeps_each_batch_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with a pause (several threads), each system's runs come in batches, one per round:
+    # "timed" here as how many calls of the other system came before, each chunk of
+    # batch_runs of one system's times must hold a single value, one round's
+    from benchmarks.suite import timing
+
+    calls = {"a": 0, "b": 0}
+    other = {"a": "b", "b": "a"}
+
+    def call(name: str) -> float:
+        calls[name] += 1
+        return float(calls[other[name]])
+
+    monkeypatch.setattr(timing, "timed_call", lambda fn: (None, fn()))
+    timings = timing.round_robin({"a": lambda: call("a"), "b": lambda: call("b")},
+                                 {"a": 1e-3, "b": 1e-3}, budget_s=0.03, min_runs=12, max_runs=12,
+                                 gap_s=1e-6, batches=4, warmup=0)
+    assert timings["a"].batch_runs == timings["b"].batch_runs == 3
+    assert timings["a"].times_s == [0.0] * 3 + [3.0] * 3 + [6.0] * 3 + [9.0] * 3
+    assert timings["b"].times_s == [3.0] * 3 + [6.0] * 3 + [9.0] * 3 + [12.0] * 3

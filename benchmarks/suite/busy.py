@@ -16,7 +16,8 @@ once first. Two timings, both reported:
   chooses, possibly on the core of the thread that waits for it.
 
 On a busy core default threads run the same serial loop as 1 thread, so each median comes
-with its 95% interval, and the targets count default threads as slower only where the two
+with its 95% interval (by batches, taken over the batches' medians: runs of one batch are
+not independent), and the targets count default threads as slower only where the two
 medians differ by more than their intervals' half-widths together. A third coiter system,
 the 1-thread call again (``CONTROL``), shows what that noise looks like: two identical
 systems. Each timing is taken with the three coiter systems in each place of the round in
@@ -39,6 +40,10 @@ from .timing import Timing, round_robin, timed_call
 SPINNER = "while True: pass"
 DEFAULT, ONE, CONTROL = "coiter default threads", "coiter 1 thread", "coiter 1 thread, again"
 ROTATED = (DEFAULT, ONE, CONTROL)  # the systems that take every place in the round in turn
+# rounds of batches per rotation: with three rotations, each median's interval is taken over
+# 24 batch medians (ranks 7 to 18), not over 12 (ranks 2 to 11, nearly the whole range)
+BATCHES = 8
+ROUNDS = BATCHES * len(ROTATED)
 
 
 def pick_inputs(settings: Settings) -> tuple[str, str] | None:
@@ -98,8 +103,9 @@ def _probe(settings: Settings, name: str) -> dict[str, Any]:
         got = out.to_numpy() if label.startswith("coiter") else out
         assert_matches(np.asarray(got), case.reference, 1e-9)
     first = {label: timed_call(call)[1] for label, call in calls.items()}
-    runs = dict(first_s=first, budget_s=1.0, min_runs=settings.min_runs * 2, max_runs=200)
-    batched = _in_every_place(calls, **runs, gap_s=0.005, batches=4, warmup=2)
+    # at least four runs per batch, whose median is then one sample of the interval
+    runs = dict(first_s=first, budget_s=1.0, min_runs=max(settings.min_runs * 2, 4 * BATCHES), max_runs=200)
+    batched = _in_every_place(calls, **runs, gap_s=0.005, batches=BATCHES, warmup=2)
     interleaved = _in_every_place(calls, **runs)
     return {"input": ref.name, "nnz": int(case.ops["A"].nnz), "runs": batched["scipy"].runs,
             "threads_available": os.cpu_count(),
@@ -114,11 +120,14 @@ def _in_every_place(calls: dict[str, Callable[[], Any]], **runs: Any) -> dict[st
     of whichever ran second."""
     rest = [name for name in calls if name not in ROTATED]
     pooled: dict[str, list[float]] = {name: [] for name in calls}
+    batch_runs = set()
     for turn in range(len(ROTATED)):
         order = [*ROTATED[turn:], *ROTATED[:turn], *rest]
         for name, timing in round_robin({name: calls[name] for name in order}, **runs).items():
             pooled[name] += timing.times_s
-    return {name: Timing.of(ts) for name, ts in pooled.items()}
+            batch_runs.add(timing.batch_runs)
+    (batch,) = batch_runs  # every rotation times as many runs per batch
+    return {name: Timing.of(ts, batch) for name, ts in pooled.items()}
 
 
 def _summary(timings: dict[str, Timing]) -> dict[str, dict[str, Any]]:

@@ -9,6 +9,7 @@ from statistics import median
 from typing import Any, Sequence
 
 from . import analysis, targets
+from .busy import ROUNDS as BUSY_ROUNDS
 from .kernels import KERNELS
 from .peers.coiter_peer import ENTRY_POINTS
 
@@ -232,13 +233,14 @@ def _busy_md(results: dict[str, Any]) -> str:
     return ("CSR SpMV while another process keeps one core busy (`python -c \"while True: pass\"`), "
             "OMP_NUM_THREADS unset (coiter's default: every core, limited by the work). Timed by "
             f"batches ({busy['small']['runs']} / {busy['large']['runs']} runs per system; each "
-            "system's runs back to back after a pause, 12 rounds), as a program calling one kernel "
-            "repeatedly sees it; the last column times the same calls in turn, call by call, where "
-            "each call pays for the one before (workers left spinning by a parallel call take a "
-            "core from the next one). The three coiter systems take each place in the round in turn "
-            "(the place moved the median 1-4%). The targets count default threads as slower only by "
-            "more than the two medians' 95% intervals allow; \"1 thread, again\" times the 1-thread "
-            "call a second time, to show that noise. 1-min load average at start "
+            f"system's runs back to back after a pause, {BUSY_ROUNDS} rounds), as a program calling "
+            "one kernel repeatedly sees it; the last column times the same calls in turn, call by "
+            "call, where each call pays for the one before (workers left spinning by a parallel call "
+            "take a core from the next one). The three coiter systems take each place in the round "
+            "in turn (the place moved the median 1-4%). The targets count default threads as slower "
+            "only by more than the two medians' 95% intervals allow (by batches, intervals over the "
+            "batches' medians); \"1 thread, again\" times the 1-thread call a second time, to show "
+            "that noise. 1-min load average at start "
             f"{busy['load_average_at_start']:.2f}. Times in ms:\n\n"
             + markdown_table(["input", "system", "median", "90th percentile", "max",
                               "median, call by call"], rows))
