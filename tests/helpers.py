@@ -9,9 +9,10 @@ import numpy as np
 import scipy.sparse as sp
 
 import coiter
+from coiter.codegen.c import preamble
 from coiter.lower.sums import SPLIT_MIN_AVERAGE
 from coiter.lower.vector_runs import VECTOR_MIN_AVERAGE
-from coiter.runtime.compiler import DEFAULT_CFLAGS
+from coiter.runtime.compiler import DEFAULT_CFLAGS, load_library
 
 # C flags of kernels built with and without AVX-512 (prelude helpers that use it have a
 # plain C path for other processors), the short- and tiny-run helpers taken where they apply
@@ -91,14 +92,23 @@ def lanes_sum(products: np.ndarray) -> np.floating:
     return low + high
 
 
+def fast_gathers() -> bool:
+    """The C prelude's COITER_FAST_GATHER for kernels built now: by $COITER_CFLAGS, or else by
+    the processor (a function returning it, compiled like a kernel)."""
+    lib = load_library(preamble("INT32_MAX") + "int fast_gather(void) { return COITER_FAST_GATHER; }\n")
+    return bool(lib.fast_gather())
+
+
 def takes_lanes(lengths: np.ndarray) -> bool:
     """Whether a double or float operand with these run lengths has its runs summed in lanes
-    (the kernel's flag): from 16 a run on average, or from 7.5 where coiter_runs_even (C prelude:
-    of 16 runs spread over all, 14 as long as the middle one) finds them uneven."""
+    (the kernel's flag) by kernels built now: from 16 a run on average, or from 7.5 where
+    gathers are fast (:func:`fast_gathers`) and coiter_runs_even (C prelude: of 16 runs spread
+    over all, 14 as long as the middle one) finds them uneven."""
     stored, runs = int(np.sum(lengths)), len(lengths)
     even = runs >= 16 and sum(lengths[j * (runs // 16) + runs // 32] == lengths[runs // 2]
                               for j in range(16)) >= 14
-    return stored >= SPLIT_MIN_AVERAGE * runs or (stored >= VECTOR_MIN_AVERAGE * runs and not even)
+    return stored >= SPLIT_MIN_AVERAGE * runs or (
+        stored >= VECTOR_MIN_AVERAGE * runs and not even and fast_gathers())
 
 
 def row_sums_in_lanes(a: sp.csr_array, x: np.ndarray) -> np.ndarray:

@@ -104,7 +104,8 @@ def _probe(settings: Settings, name: str) -> dict[str, Any]:
         assert_matches(np.asarray(got), case.reference, 1e-9)
     first = {label: timed_call(call)[1] for label, call in calls.items()}
     # at least four runs per batch, whose median is then one sample of the interval
-    runs = dict(first_s=first, budget_s=1.0, min_runs=max(settings.min_runs * 2, 4 * BATCHES), max_runs=200)
+    runs = dict(first_s=first, budget_s=1.0, min_runs=max(settings.min_runs * 2, 4 * BATCHES),
+                max_runs=200)
     batched = _in_every_place(calls, **runs, gap_s=0.005, batches=BATCHES, warmup=2)
     interleaved = _in_every_place(calls, **runs)
     return {"input": ref.name, "nnz": int(case.ops["A"].nnz), "runs": batched["scipy"].runs,
@@ -120,7 +121,7 @@ def _in_every_place(calls: dict[str, Callable[[], Any]], **runs: Any) -> dict[st
     of whichever ran second."""
     rest = [name for name in calls if name not in ROTATED]
     pooled: dict[str, list[float]] = {name: [] for name in calls}
-    batch_runs = set()
+    batch_runs: set[int] = set()
     for turn in range(len(ROTATED)):
         order = [*ROTATED[turn:], *ROTATED[:turn], *rest]
         for name, timing in round_robin({name: calls[name] for name in order}, **runs).items():

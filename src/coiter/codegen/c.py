@@ -576,15 +576,20 @@ static inline float coiter_run_vdotf_##suffix(const float* restrict v, const ind
 COITER_RUN_VDOTF(i32, int32_t, _mm256_maskz_loadu_epi32, _mm256_mmask_i32gather_ps)
 COITER_RUN_VDOTF(i64, int64_t, _mm512_maskz_loadu_epi64, _mm512_mask_i64gather_ps)
 #else
+#define COITER_LANE_ADD(j) l##j += v[p + j] * c[k[p + j]];
 #define COITER_RUN_VDOT(name, value_t, index_t) \\
 static inline value_t name(const value_t* restrict v, const index_t* restrict k, \\
                            const value_t* restrict c, int64_t s, int64_t e) {{ \\
-  value_t l[8] = {{0, 0, 0, 0, 0, 0, 0, 0}}; \\
+  value_t l0 = 0, l1 = 0, l2 = 0, l3 = 0, l4 = 0, l5 = 0, l6 = 0, l7 = 0; \\
   int64_t p = s; \\
-  for (; p + 8 <= e; p += 8) \\
-    for (int j = 0; j < 8; j++) l[j] += v[p + j] * c[k[p + j]]; \\
-  for (int j = 0; p + j < e; j++) l[j] += v[p + j] * c[k[p + j]]; \\
-  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); \\
+  for (; p + 8 <= e; p += 8) {{ \\
+    COITER_LANE_ADD(0) COITER_LANE_ADD(1) COITER_LANE_ADD(2) COITER_LANE_ADD(3) \\
+    COITER_LANE_ADD(4) COITER_LANE_ADD(5) COITER_LANE_ADD(6) COITER_LANE_ADD(7) \\
+  }} \\
+  if (p < e) {{ COITER_LANE_ADD(0) if (p + 1 < e) {{ COITER_LANE_ADD(1) if (p + 2 < e) {{ COITER_LANE_ADD(2) \\
+  if (p + 3 < e) {{ COITER_LANE_ADD(3) if (p + 4 < e) {{ COITER_LANE_ADD(4) if (p + 5 < e) {{ COITER_LANE_ADD(5) \\
+  if (p + 6 < e) {{ COITER_LANE_ADD(6) }} }} }} }} }} }} }} \\
+  return ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); \\
 }}
 COITER_RUN_VDOT(coiter_run_vdot_i32, double, int32_t)
 COITER_RUN_VDOT(coiter_run_vdot_i64, double, int64_t)

@@ -197,12 +197,13 @@ class _Splitter:
             stored = Bin("-", Load(pos, runs), Load(pos, Const(0)))
             if kind == "long":
                 test = Bin(">=", stored, Bin("*", Const(SPLIT_MIN_AVERAGE), runs))
-            elif kind == "vector":  # from VECTOR_MIN_AVERAGE where runs vary, from 16 always
+            elif kind == "vector":  # from 16 always; from VECTOR_MIN_AVERAGE where runs vary
+                # and gathers are fast (elsewhere the loop was faster on such runs)
                 least = Bin(">=", Bin("*", Const(VECTOR_MIN_AVERAGE.denominator), stored),
                             Bin("*", Const(VECTOR_MIN_AVERAGE.numerator), runs))
                 uneven = Un("!", Call("coiter_runs_even", (Var(pos), runs)))
                 test = Bin("||", Bin(">=", stored, Bin("*", Const(SPLIT_MIN_AVERAGE), runs)),
-                           Bin("&&", least, uneven))
+                           Bin("&&", Var("COITER_FAST_GATHER"), Bin("&&", least, uneven)))
             elif kind == "tiny":
                 test = Bin("<", Bin("*", Const(TINY_AVERAGE.denominator), stored),
                            Bin("*", Const(TINY_AVERAGE.numerator), runs))

@@ -4,17 +4,20 @@ A sparse row sum ``for (p = A2_pos[i]; p < A2_pos[i+1]; p++) t += A_vals[p] * x_
 over runs of a dozen positions (a power-law graph's rows, a citation network's) costs about
 30 cycles a run: the loop's exit branch mispredicts wherever run lengths vary, and each
 addition waits for the one before. Where an operand's runs average :data:`VECTOR_MIN_AVERAGE`
-positions or more and vary in length, or average 16 or more, each such loop is replaced by one
-call, ``t += coiter_run_vdot_i32(vals, crd, x, start, end)`` (C prelude, ``_i64`` for 64-bit
-coordinates), which sums the run in eight lanes: lane ``j`` adds positions ``start + j``,
-``start + j + 8``, ... one by one from 0.0, and the lanes are added as ``((l0 + l4) + (l2 +
-l6)) + ((l1 + l5) + (l3 + l7))``. With AVX-512 and fast gathers (``COITER_FAST_GATHER``) that
-is a vector loop of masked loads and a masked gather of ``x``, eight positions a step, whose
-exit a run of up to eight never mispredicts; elsewhere eight scalar sums in the same order.
+positions or more and vary in length (where gathers are fast, ``COITER_FAST_GATHER``), or
+average 16 or more, each such loop is replaced by one call, ``t += coiter_run_vdot_i32(vals,
+crd, x, start, end)`` (C prelude, ``_i64`` for 64-bit coordinates), which sums the run in eight
+lanes: lane ``j`` adds positions ``start + j``, ``start + j + 8``, ... one by one from 0.0, and
+the lanes are added as ``((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))``. With AVX-512 and
+fast gathers that is a vector loop of masked loads and a masked gather of ``x``, eight
+positions a step, whose exit a run of up to eight never mispredicts; elsewhere eight scalar
+sums in the same order. Those lose to the loop on runs of under 16: on AMD's Zen 4 (slow
+gathers), CSR SpMV at 1 thread took twice the loop's time on cit-HepPh (12.2 a row), 0.77
+against 0.39 ms, and on a uniform random matrix of 8 a row, 6.4 against 3.3.
 
-The order depends on the run alone, never on threads, alignment or the machine, so results
-repeat bit for bit; they differ from a one-by-one sum in the last bits, as the partial sums of
-:mod:`.sums` do. Where runs are shorter, or of even lengths under 16 (a band matrix's rows,
+The order depends on the run and on whether the processor's gathers are fast, never on
+threads or alignment, so results repeat bit for bit on one machine; they differ from a
+one-by-one sum in the last bits, as the partial sums of :mod:`.sums` do. Where runs are shorter, or of even lengths under 16 (a band matrix's rows,
 ``coiter_runs_even`` in the C prelude), the loop is as fast or faster: its exit is predicted.
 Kernels before and after in one process, CSR SpMV at 1 thread, warm caches (microseconds;
 docs/performance.md, "Rows of eight or more entries: eight lanes"): ca-CondMat (8.5 a row)
