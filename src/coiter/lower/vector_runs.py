@@ -17,8 +17,9 @@ against 0.39 ms, and on a uniform random matrix of 8 a row, 6.4 against 3.3.
 
 The order depends on the run and on whether the processor's gathers are fast, never on
 threads or alignment, so results repeat bit for bit on one machine; they differ from a
-one-by-one sum in the last bits, as the partial sums of :mod:`.sums` do. Where runs are shorter, or of even lengths under 16 (a band matrix's rows,
-``coiter_runs_even`` in the C prelude), the loop is as fast or faster: its exit is predicted.
+one-by-one sum in the last bits, as the partial sums of :mod:`.sums` do. Where runs are
+shorter, or of even lengths under 16 (a band matrix's rows, ``coiter_runs_even`` in the C
+prelude), the loop is as fast or faster: its exit is predicted.
 Kernels before and after in one process, CSR SpMV at 1 thread, warm caches (microseconds;
 docs/performance.md, "Rows of eight or more entries: eight lanes"): ca-CondMat (8.5 a row)
 201 -> 134, cit-HepPh (12.2) 396 -> 317, soc-Slashdot0902 (11.5) 965 -> 747; with four partial
