@@ -54,6 +54,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="module")
 def gather_helpers() -> Iterator[None]:
     """Kernels built meanwhile take the short- and tiny-run helpers where they apply, on any
-    processor (``COITER_FAST_GATHER``: the C prelude leaves them out where gathers are slow)."""
+    processor, gathering (``COITER_FAST_GATHER``; where gathers are slow the C prelude reads x
+    by plain loads, and takes the short-run helper only on runs the loop would not learn)."""
     with cflags("native"):
         yield

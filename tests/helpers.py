@@ -21,8 +21,8 @@ _HELPERS = " -DCOITER_FAST_GATHER=1"
 CFLAGS = {"native": DEFAULT_CFLAGS + _HELPERS,
           "no-avx512": DEFAULT_CFLAGS + " -mno-avx512f" + _HELPERS,
           # slow gathers: the short-run helper reads whole runs with plain loads (where the
-          # processor has AVX2, as this project's machines do; the loop elsewhere)
-          # (however few runs: COITER_SHORT_RUNS_BITS)
+          # processor has AVX2, as this project's machines do; the loop elsewhere) however
+          # few the runs (COITER_SHORT_RUNS_BITS), the eight-row one x by scalar loads
           "plain-loads": DEFAULT_CFLAGS + " -DCOITER_FAST_GATHER=0 -DCOITER_SHORT_RUNS_BITS=0",
           # dense result rows stored by streaming stores however small the result
           "streaming": DEFAULT_CFLAGS + " -DCOITER_STREAM_MIN_BYTES=0"}

@@ -156,27 +156,31 @@ def test_only_products_of_a_run_and_a_gather_take_the_helper() -> None:
     assert "coiter_run_dot" not in _source(scaled)
 
 
-@pytest.mark.parametrize("flags, fast_gather, short_runs, unlearned_bits", [
-    ("-march=x86-64-v4", 1, 1, 0),  # AVX-512, no AMD Zen named
-    ("-march=x86-64-v4 -D__znver4__", 0, 1, 80000),  # AVX-512 on a Zen processor: slow gathers
-    ("-march=x86-64-v3", 0, 1, 80000),  # no AVX-512: AVX2's plain loads
-    ("-march=x86-64-v2", 0, 0, 80000),  # no AVX2: the loop
-    ("-march=x86-64-v4 -D__znver3__ -DCOITER_FAST_GATHER=1", 1, 1, 0),  # the user decides
-    ("-march=x86-64-v4 -DCOITER_FAST_GATHER=0", 0, 1, 80000),
-    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS=0", 0, 0, 80000),
-    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS_BITS=100", 0, 1, 100),
+@pytest.mark.parametrize("flags, fast_gather, tiny_runs, short_runs, unlearned_bits", [
+    ("-march=x86-64-v4", 1, 1, 1, 0),  # AVX-512, no AMD Zen named
+    ("-march=x86-64-v4 -D__znver4__", 0, 1, 1, 80000),  # AVX-512 on a Zen processor: slow gathers
+    ("-march=x86-64-v3", 0, 0, 1, 80000),  # no AVX-512: AVX2's plain loads
+    ("-march=x86-64-v2", 0, 0, 0, 80000),  # no AVX2: the loop
+    ("-march=x86-64-v4 -D__znver3__ -DCOITER_FAST_GATHER=1", 1, 1, 1, 0),  # the user decides
+    ("-march=x86-64-v4 -DCOITER_FAST_GATHER=0", 0, 1, 1, 80000),
+    ("-march=x86-64-v4 -DCOITER_TINY_RUNS=0", 1, 0, 1, 0),
+    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS=0", 0, 0, 0, 80000),
+    ("-march=x86-64-v3 -DCOITER_SHORT_RUNS_BITS=100", 0, 0, 1, 100),
 ])
-def test_the_helpers_run_where_they_pay(monkeypatch: pytest.MonkeyPatch, flags: str,
-                                        fast_gather: int, short_runs: int, unlearned_bits: int) -> None:
-    """The C prelude's COITER_FAST_GATHER, which the tiny-run flag requires, and
-    COITER_SHORT_RUNS and COITER_SHORT_RUNS_BITS, which the short-run flag requires, by the
-    processor the kernel is built for (functions returning them; nothing else runs)."""
+def test_the_helpers_run_where_they_pay(monkeypatch: pytest.MonkeyPatch, flags: str, fast_gather: int,
+                                        tiny_runs: int, short_runs: int, unlearned_bits: int) -> None:
+    """The C prelude's COITER_FAST_GATHER (how the helpers read x), COITER_TINY_RUNS, which the
+    tiny-run flag requires, and COITER_SHORT_RUNS and COITER_SHORT_RUNS_BITS, which the
+    short-run flag requires, by the processor the kernel is built for (functions returning
+    them; nothing else runs)."""
     monkeypatch.setenv("COITER_CFLAGS", f"-O1 -fPIC -std=c11 {flags}")
     source = preamble("INT32_MAX") + ("int fast_gather(void) { return COITER_FAST_GATHER; }\n"
+                                      "int tiny_runs(void) { return COITER_TINY_RUNS; }\n"
                                       "int short_runs(void) { return COITER_SHORT_RUNS; }\n"
                                       "int unlearned_bits(void) { return COITER_SHORT_RUNS_BITS; }\n")
     lib = load_library(source)
-    assert (lib.fast_gather(), lib.short_runs(), lib.unlearned_bits()) == (fast_gather, short_runs, unlearned_bits)
+    assert (lib.fast_gather(), lib.tiny_runs(), lib.short_runs(), lib.unlearned_bits()) == \
+        (fast_gather, tiny_runs, short_runs, unlearned_bits)
 
 
 @pytest.mark.parametrize("runs, stored, threads, bits, unlearned", [
@@ -212,6 +216,8 @@ def test_the_run_flags_require_their_helpers() -> None:
     assert "int64_t A2_stored = A2_pos[A1_dimension];" in src
     assert "bool A2_short_runs = COITER_SHORT_RUNS && " in src
     assert "coiter_runs_unlearned(A1_dimension, A2_pos[A1_dimension] - A2_pos[0], COITER_THREADS())" in src
-    assert "bool A2_tiny_runs = COITER_FAST_GATHER && " in src
+    assert "bool A2_tiny_runs = COITER_TINY_RUNS && " in src
+    tiny = next(line for line in src.splitlines() if "bool A2_tiny_runs" in line)
+    assert "coiter_runs_unlearned" not in tiny  # the eight-row helpers beat even a learned loop
     assert "bool A2_vector_runs = A2_pos" in src
     assert "A2_pos[i + 1] - A2_pos[i], A2_stored);" in src

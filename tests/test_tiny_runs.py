@@ -3,10 +3,11 @@ C prelude for double values, ``coiter_rows_dotf_*`` for float; coiter/lower/tiny
 
 Each lane must add its row's products one by one from 0.0 in position order, as the row loop
 does: every result equals, bit for bit, a Python sum in that order. Row lengths put groups of
-eight rows on both sides of the helper's 16-position window and past its eight vector steps,
-row counts leave tails of 0 to 7 rows; both value types and index widths, 1 and 2 threads, with and without
-AVX-512 (``-mno-avx512f``: the helper's plain loop). Values span 16 orders of magnitude and
-include inf, NaN and -0.0, so another order or a lane added twice would show."""
+eight rows on both sides of the helper's windows (16 positions; 32 for double values where
+gathers are slow) and past its eight vector steps, row counts leave tails of 0 to 7 rows; both
+value types and index widths, 1 and 2 threads, with and without AVX-512 (``-mno-avx512f``: the
+helper's plain loop). Values span 16 orders of magnitude and include inf, NaN and -0.0, so
+another order or a lane added twice would show."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,6 +66,29 @@ def test_rows_add_in_the_loops_order(flags: str, seed: int, rows: int, index: ty
         k = coiter.compile(SPMV, formats={"A": "csr"}, dtype=dtype)
         got = k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy()
     _same_bits(got, row_sums_in_order(a, x))
+    assert _takes_helper(k, "i32" if index == np.int32 else "i64", dtype)
+
+
+@pytest.mark.parametrize("flags", list(CFLAGS))
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_groups_on_both_sides_of_each_window(flags: str, index: type, dtype: type) -> None:
+    """Groups of eight rows holding 8, 16, 17, 20, 24, 25, 32 and 40 positions (the windows:
+    16 positions gathered or, where gathers are slow, 32 for double and 16 for float, read
+    by scalar loads; past them the row loop), among empty groups that keep the average under
+    TINY_AVERAGE: every row its one-by-one sum."""
+    groups = [[1] * 8, [2] * 8, [2] * 7 + [3], [3, 3, 3, 3, 2, 2, 2, 2], [3] * 8,
+              [4, 3, 3, 3, 3, 3, 3, 3], [4] * 8, [5] * 8, [0, 9, 0, 7, 1, 0, 0, 0]]
+    lengths = [n for g in groups for n in g + [0] * 80]
+    rng = np.random.default_rng(11)
+    a = csr_with_lengths(rng, lengths, 60, index, special=0.05).astype(dtype)
+    x = spread_values(rng, 60, special=0.05).astype(dtype)
+    assert a.nnz < TINY_AVERAGE * a.shape[0]
+    with cflags(flags):
+        k = coiter.compile(SPMV, formats={"A": "csr"}, dtype=dtype)
+        for threads in (1, 2):
+            _same_bits(k(A=coiter.Tensor.from_scipy(a), x=x, threads=threads).to_numpy(),
+                       row_sums_in_order(a, x))
     assert _takes_helper(k, "i32" if index == np.int32 else "i64", dtype)
 
 

@@ -183,7 +183,18 @@ static inline void coiter_call_done(void) {{}}
 #define COITER_SHORT_RUNS 0
 #endif
 #endif
-/* What the loop's exit branch cannot learn, for the plain-load helper to pay. Called again
+/* Whether rows of one or two positions are summed eight at a time (lower/tiny_runs.py): by
+   a helper that gathers x where gathers are fast, else by one that reads x with scalar
+   loads; both need AVX-512 (elsewhere the loop runs). -DCOITER_TINY_RUNS=0 or 1 in
+   $COITER_CFLAGS decides instead. */
+#ifndef COITER_TINY_RUNS
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+#define COITER_TINY_RUNS 1
+#else
+#define COITER_TINY_RUNS 0
+#endif
+#endif
+/* What the loop's exit branch cannot learn, for the plain-load helpers to pay. Called again
    and again on one operand, the branch learns the lengths of its runs by heart up to some
    80,000 bits of them per core (AMD Zen 4: coiter_runs_unlearned). -DCOITER_SHORT_RUNS_BITS=n
    in $COITER_CFLAGS decides instead; the gathering helpers, measured faster on operands the
@@ -624,6 +635,10 @@ COITER_RUN_VDOT(coiter_run_vdotf_i64, float, int64_t)
                                   k1 = _mm512_maskz_loadu_epi64((__mmask8)(in >> 8), k + b + 8);
 #define COITER_PICK_I64(o) _mm512_permutex2var_epi64(k0, o, k1)
 #define COITER_WIDE_I64(o) (o)
+/* float lanes picked at 32-bit offsets */
+#define COITER_PICKF_I32(w, o) _mm512_castps512_ps256(_mm512_permutexvar_ps(_mm512_castsi256_si512(o), w))
+#define COITER_PICKF_I64(w, o) COITER_PICKF_I32(w, _mm512_cvtepi64_epi32(o))
+#if COITER_FAST_GATHER
 #define COITER_ROWS_DOT(suffix, index_t, vec_t, load, sub, add, set1, cmpgt, gather_k, gather_pd, \\
                         window, pick, wide) \\
 static COITER_OUT_OF_LINE void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
@@ -674,9 +689,7 @@ COITER_ROWS_DOT(i64, int64_t, __m512i, _mm512_loadu_si512, _mm512_sub_epi64, _mm
                 _mm512_set1_epi64, _mm512_cmpgt_epi64_mask, _mm512_mask_i64gather_epi64,
                 _mm512_mask_i64gather_pd, COITER_WINDOW_I64, COITER_PICK_I64, COITER_WIDE_I64)
 /* the same for float: the eight rows' lanes in a 256-bit register, their (at most 16)
-   values in one 512-bit one, picked at 32-bit offsets */
-#define COITER_PICKF_I32(w, o) _mm512_castps512_ps256(_mm512_permutexvar_ps(_mm512_castsi256_si512(o), w))
-#define COITER_PICKF_I64(w, o) COITER_PICKF_I32(w, _mm512_cvtepi64_epi32(o))
+   values in one 512-bit one */
 #define COITER_ROWS_DOTF(suffix, index_t, vec_t, load, sub, add, set1, cmpgt, gather_k, gather_ps, \\
                          window, pick, pickf) \\
 static COITER_OUT_OF_LINE void coiter_rows_dotf_##suffix(float* restrict y, const index_t* restrict pos, \\
@@ -725,6 +738,96 @@ COITER_ROWS_DOTF(i32, int32_t, __m256i, _mm256_loadu_si256, _mm256_sub_epi32, _m
 COITER_ROWS_DOTF(i64, int64_t, __m512i, _mm512_loadu_si512, _mm512_sub_epi64, _mm512_add_epi64,
                  _mm512_set1_epi64, _mm512_cmpgt_epi64_mask, _mm512_mask_i64gather_epi64,
                  _mm512_mask_i64gather_ps, COITER_WINDOW_I64, COITER_PICK_I64, COITER_PICKF_I64)
+#else
+/* Where gathers are slow (AMD Zen), x is read by scalar loads instead: a group whose eight
+   rows hold at most 32 positions has the products of its values and x at them computed
+   once, then each step picks its lanes' products by a permute (from two registers
+   of 8, or from four where the group holds more than 16); a group of more positions takes
+   the row loop. The products and their order are the loop's. On AMD Zen 4 at 1 thread, ms,
+   without -> with it: TTV on wn18rr 0.140 -> 0.085, gen-powerlaw3 0.837 -> 0.442, SpMV on
+   luxembourg_osm 0.256 -> 0.162 (docs/performance.md, "Slow gathers, tiny runs") */
+/* x at the group's position i, or at its first one past them (so every read is inside the
+   run; the lane is never used). Straight from k: through a buffer stored from a masked
+   vector load, the reads of x waited for the store to retire, and on data from memory
+   (SpMV on luxembourg_osm after other work, 1 thread) the helper ran 1.35x the short-run
+   helper's time */
+#define COITER_XAT(i) c[k[b + ((i) < w ? (i) : 0)]]
+#define COITER_X8_PD(h) _mm512_set_pd(COITER_XAT((h) + 7), COITER_XAT((h) + 6), COITER_XAT((h) + 5), \\
+                                      COITER_XAT((h) + 4), COITER_XAT((h) + 3), COITER_XAT((h) + 2), \\
+                                      COITER_XAT((h) + 1), COITER_XAT(h))
+#define COITER_X8_PS(h) _mm256_set_ps(COITER_XAT((h) + 7), COITER_XAT((h) + 6), COITER_XAT((h) + 5), \\
+                                      COITER_XAT((h) + 4), COITER_XAT((h) + 3), COITER_XAT((h) + 2), \\
+                                      COITER_XAT((h) + 1), COITER_XAT(h))
+/* the products of the group's positions h..h+7 (zero values past them) */
+#define COITER_PRODUCTS8(h) _mm512_mul_pd(_mm512_maskz_loadu_pd((__mmask8)(in >> (h)), v + b + (h)), COITER_X8_PD(h))
+#define COITER_ROWS_DOT(suffix, index_t, vec_t, load, sub, add, set1, cmpgt, wide) \\
+static COITER_OUT_OF_LINE void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
+                                                        const index_t* restrict k, const double* restrict v, \\
+                                                        const double* restrict c, int64_t s, int64_t e) {{ \\
+  int64_t r = s; \\
+  for (; r + 8 <= e; r += 8) {{ \\
+    int64_t b = pos[r], w = pos[r + 8] - b; \\
+    if (w == 0 || w > 32) {{ \\
+      COITER_ROWS_TAIL(double, r, r + 8) \\
+      continue; \\
+    }} \\
+    vec_t lo = load((const void*)(pos + r)), n = sub(load((const void*)(pos + r + 1)), lo); \\
+    uint32_t in = (uint32_t)((1ull << w) - 1); \\
+    __m512d p0 = COITER_PRODUCTS8(0), p1 = w > 8 ? COITER_PRODUCTS8(8) : p0; \\
+    vec_t o = sub(lo, set1(b)), j = set1(0); \\
+    __m512d t = _mm512_setzero_pd(); \\
+    if (w <= 16) {{ \\
+      for (__mmask8 m = cmpgt(n, j); m; j = add(j, set1(1)), m = cmpgt(n, j)) \\
+        t = _mm512_mask_add_pd(t, m, t, _mm512_permutex2var_pd(p0, wide(add(o, j)), p1)); \\
+    }} else {{ \\
+      __m512d p2 = COITER_PRODUCTS8(16), p3 = w > 24 ? COITER_PRODUCTS8(24) : p2; \\
+      for (__mmask8 m = cmpgt(n, j); m; j = add(j, set1(1)), m = cmpgt(n, j)) {{ \\
+        vec_t q = add(o, j); \\
+        /* offsets 16 to 31 pick from p2 and p3 (the permutes read the low four bits) */ \\
+        __m512d low = _mm512_permutex2var_pd(p0, wide(q), p1), high = _mm512_permutex2var_pd(p2, wide(q), p3); \\
+        t = _mm512_mask_add_pd(t, m, t, _mm512_mask_blend_pd(cmpgt(q, set1(15)), low, high)); \\
+      }} \\
+    }} \\
+    _mm512_storeu_pd(y + r, t); \\
+  }} \\
+  COITER_ROWS_TAIL(double, r, e) \\
+}}
+COITER_ROWS_DOT(i32, int32_t, __m256i, _mm256_loadu_si256, _mm256_sub_epi32, _mm256_add_epi32,
+                _mm256_set1_epi32, _mm256_cmpgt_epi32_mask, COITER_WIDE_I32)
+COITER_ROWS_DOT(i64, int64_t, __m512i, _mm512_loadu_si512, _mm512_sub_epi64, _mm512_add_epi64,
+                _mm512_set1_epi64, _mm512_cmpgt_epi64_mask, COITER_WIDE_I64)
+/* the same for float: groups of at most 16 positions, their products in one register */
+#define COITER_ROWS_DOTF(suffix, index_t, vec_t, load, sub, add, set1, cmpgt, pickf) \\
+static COITER_OUT_OF_LINE void coiter_rows_dotf_##suffix(float* restrict y, const index_t* restrict pos, \\
+                                                         const index_t* restrict k, const float* restrict v, \\
+                                                         const float* restrict c, int64_t s, int64_t e) {{ \\
+  int64_t r = s; \\
+  for (; r + 8 <= e; r += 8) {{ \\
+    int64_t b = pos[r], w = pos[r + 8] - b; \\
+    if (w == 0 || w > 16) {{ \\
+      COITER_ROWS_TAIL(float, r, r + 8) \\
+      continue; \\
+    }} \\
+    vec_t lo = load((const void*)(pos + r)), n = sub(load((const void*)(pos + r + 1)), lo); \\
+    uint32_t in = (uint32_t)((1u << w) - 1); \\
+    __m256 x0 = COITER_X8_PS(0), x1 = x0; \\
+    if (w > 8) x1 = COITER_X8_PS(8); \\
+    __m512 x = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(x0)), \\
+                                                   _mm256_castps_pd(x1), 1)); \\
+    __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps((__mmask16)in, v + b), x); \\
+    vec_t o = sub(lo, set1(b)), j = set1(0); \\
+    __m256 t = _mm256_setzero_ps(); \\
+    for (__mmask8 m = cmpgt(n, j); m; j = add(j, set1(1)), m = cmpgt(n, j)) \\
+      t = _mm256_mask_add_ps(t, m, t, pickf(p, add(o, j))); \\
+    _mm256_storeu_ps(y + r, t); \\
+  }} \\
+  COITER_ROWS_TAIL(float, r, e) \\
+}}
+COITER_ROWS_DOTF(i32, int32_t, __m256i, _mm256_loadu_si256, _mm256_sub_epi32, _mm256_add_epi32,
+                 _mm256_set1_epi32, _mm256_cmpgt_epi32_mask, COITER_PICKF_I32)
+COITER_ROWS_DOTF(i64, int64_t, __m512i, _mm512_loadu_si512, _mm512_sub_epi64, _mm512_add_epi64,
+                 _mm512_set1_epi64, _mm512_cmpgt_epi64_mask, COITER_PICKF_I64)
+#endif
 #else
 #define COITER_ROWS_DOT(name, value_t, index_t) \\
 static COITER_OUT_OF_LINE void name(value_t* restrict y, const index_t* restrict pos, \\

@@ -23,10 +23,11 @@ Operands whose runs are short (1.3 to 6 positions on average) get a third versio
 statement, whose runs of up to four positions are summed without a loop (:mod:`.short_runs`);
 where they average under 2.25 a fourth version, tested before it, sums eight rows at once
 (:mod:`.tiny_runs`) where the loop around the runs does nothing else. Each flag also
-requires what makes its helper pay (C prelude): the eight-row helper fast gathers
-(``COITER_FAST_GATHER``; on AMD Zen the plain loop runs), the short-run one fast gathers or
-AVX2's plain loads (``COITER_SHORT_RUNS``), and with plain loads run lengths that repeated
-calls would not teach the loop's exit branch (``coiter_runs_unlearned``).
+requires what makes its helper pay (C prelude): the eight-row helper AVX-512
+(``COITER_TINY_RUNS``; it gathers x where gathers are fast and reads it by scalar loads on AMD
+Zen), the short-run one fast gathers or AVX2's plain loads (``COITER_SHORT_RUNS``), and with
+plain loads run lengths that repeated calls would not teach the loop's exit branch
+(``coiter_runs_unlearned``).
 
 Sums of double or float products of a gathered vector (SpMV's, TTV's) whose runs average
 7.5 or more and vary in length, or average 16 or more, take a fifth version, tested first,
@@ -216,7 +217,7 @@ class _Splitter:
                 test = Bin("&&", test, Call("coiter_runs_unlearned",
                                             (runs, stored, Call("COITER_THREADS", ()))))
             if kind in ("short", "tiny"):  # where the helpers pay (C prelude)
-                pays = "COITER_FAST_GATHER" if kind == "tiny" else "COITER_SHORT_RUNS"
+                pays = "COITER_TINY_RUNS" if kind == "tiny" else "COITER_SHORT_RUNS"
                 test = Bin("&&", Var(pays), test)
             flag = self._fresh(f"{pos.removesuffix('_pos')}_{kind}_runs")
             self.taken.add(flag)

@@ -16,8 +16,10 @@ is instead one call of ``coiter_rows_dot_i32``/``_i64`` (C prelude; ``coiter_row
 where the values are float), which takes eight rows at once, a row per vector lane: step ``j``
 adds the product at position ``pos[e] + j`` of every row still that long into that row's lane
 (values and coordinates picked by a permute from the group's positions, loaded once where they
-are at most 16, else gathered; ``x`` gathered). The group's branch is taken once per step, not
-once per row. Each lane adds its row's products one by one from ``0.0`` in position order, as
+are at most 16, else gathered; ``x`` gathered). Where gathers are slow (AMD Zen,
+``COITER_FAST_GATHER`` 0), ``x`` is read by scalar loads instead, and the products of a group
+of at most 32 positions are computed once and picked by permutes (a group of more takes the
+row loop). The group's branch is taken once per step, not once per row. Each lane adds its row's products one by one from ``0.0`` in position order, as
 the loop does, so results are bit for bit those of the loop. A parallel row loop becomes a
 loop over its schedule's chunks of rows (rounded up to whole groups), one call each; the
 helper is out of line, so that it is compiled once for both.
@@ -29,7 +31,8 @@ the short-run version. In a C harness on the suite's operands (1 thread, ms, row
 0.21 -> 0.16, gen-powerlaw3 (1.21) 1.19 -> 1.38 -> 0.72, collegemsg-day (1.67) 0.126 ->
 0.061 -> 0.041, SpMV luxembourg_osm (2.09) 0.47 -> 0.39 -> 0.27; from ~2.3 (the road
 networks, 2.3-2.8) the group's longest row sets its steps and the short-run helper is as
-fast or faster (docs/performance.md, "Rows of one or two entries").
+fast or faster (docs/performance.md, "Rows of one or two entries"; with scalar loads, "Slow
+gathers, tiny runs").
 """
 from __future__ import annotations
 
