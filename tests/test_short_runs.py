@@ -167,8 +167,9 @@ def test_only_products_of_a_run_and_a_gather_take_the_helper() -> None:
     ("-march=x86-64-v3 -DCOITER_SHORT_RUNS=0", 0, 0, 0, 80000),
     ("-march=x86-64-v3 -DCOITER_SHORT_RUNS_BITS=100", 0, 0, 1, 100),
 ])
-def test_the_helpers_run_where_they_pay(monkeypatch: pytest.MonkeyPatch, flags: str, fast_gather: int,
-                                        tiny_runs: int, short_runs: int, unlearned_bits: int) -> None:
+def test_the_helpers_run_where_they_pay(monkeypatch: pytest.MonkeyPatch, flags: str,
+                                        fast_gather: int, tiny_runs: int, short_runs: int,
+                                        unlearned_bits: int) -> None:
     """The C prelude's COITER_FAST_GATHER (how the helpers read x), COITER_TINY_RUNS, which the
     tiny-run flag requires, and COITER_SHORT_RUNS and COITER_SHORT_RUNS_BITS, which the
     short-run flag requires, by the processor the kernel is built for (functions returning

@@ -19,10 +19,11 @@ adds the product at position ``pos[e] + j`` of every row still that long into th
 are at most 16, else gathered; ``x`` gathered). Where gathers are slow (AMD Zen,
 ``COITER_FAST_GATHER`` 0), ``x`` is read by scalar loads instead, and the products of a group
 of at most 32 positions are computed once and picked by permutes (a group of more takes the
-row loop). The group's branch is taken once per step, not once per row. Each lane adds its row's products one by one from ``0.0`` in position order, as
-the loop does, so results are bit for bit those of the loop. A parallel row loop becomes a
-loop over its schedule's chunks of rows (rounded up to whole groups), one call each; the
-helper is out of line, so that it is compiled once for both.
+row loop). The group's branch is taken once per step, not once per row. Each lane adds its
+row's products one by one from ``0.0`` in position order, as the loop does, so results are bit
+for bit those of the loop. A parallel row loop becomes a loop over its schedule's chunks of
+rows (rounded up to whole groups), one call each; the helper is out of line, so that it is
+compiled once for both.
 
 :mod:`.sums` versions a statement on the operand's average run length (a flag computed
 before the loops): below :data:`TINY_AVERAGE` the statement takes this form, tested before
