@@ -760,21 +760,27 @@ COITER_ROWS_DOTF(i64, int64_t, __m512i, _mm512_loadu_si512, _mm512_sub_epi64, _m
                                       COITER_XAT((h) + 1), COITER_XAT(h))
 /* the products of the group's positions h..h+7 (zero values past them) */
 #define COITER_PRODUCTS8(h) _mm512_mul_pd(_mm512_maskz_loadu_pd((__mmask8)(in >> (h)), v + b + (h)), COITER_X8_PD(h))
+/* the opening of a group of eight rows from r: b and w, its first position and how many it
+   holds (an empty group, or one of more than `most`, takes the row loop), in, a bit per
+   position, and per row (lane) lo, its first position, n, its length, o, its offset in the
+   group, and j, the step */
+#define COITER_GROUP_HEAD(value_t, most, vec_t, load, sub, set1) \\
+    int64_t b = pos[r], w = pos[r + 8] - b; \\
+    if (w == 0 || w > (most)) {{ \\
+      COITER_ROWS_TAIL(value_t, r, r + 8) \\
+      continue; \\
+    }} \\
+    vec_t lo = load((const void*)(pos + r)), n = sub(load((const void*)(pos + r + 1)), lo); \\
+    uint32_t in = (uint32_t)((1ull << w) - 1); \\
+    vec_t o = sub(lo, set1(b)), j = set1(0);
 #define COITER_ROWS_DOT(suffix, index_t, vec_t, load, sub, add, set1, cmpgt, wide) \\
 static COITER_OUT_OF_LINE void coiter_rows_dot_##suffix(double* restrict y, const index_t* restrict pos, \\
                                                         const index_t* restrict k, const double* restrict v, \\
                                                         const double* restrict c, int64_t s, int64_t e) {{ \\
   int64_t r = s; \\
   for (; r + 8 <= e; r += 8) {{ \\
-    int64_t b = pos[r], w = pos[r + 8] - b; \\
-    if (w == 0 || w > 32) {{ \\
-      COITER_ROWS_TAIL(double, r, r + 8) \\
-      continue; \\
-    }} \\
-    vec_t lo = load((const void*)(pos + r)), n = sub(load((const void*)(pos + r + 1)), lo); \\
-    uint32_t in = (uint32_t)((1ull << w) - 1); \\
+    COITER_GROUP_HEAD(double, 32, vec_t, load, sub, set1) \\
     __m512d p0 = COITER_PRODUCTS8(0), p1 = w > 8 ? COITER_PRODUCTS8(8) : p0; \\
-    vec_t o = sub(lo, set1(b)), j = set1(0); \\
     __m512d t = _mm512_setzero_pd(); \\
     if (w <= 16) {{ \\
       for (__mmask8 m = cmpgt(n, j); m; j = add(j, set1(1)), m = cmpgt(n, j)) \\
@@ -803,19 +809,12 @@ static COITER_OUT_OF_LINE void coiter_rows_dotf_##suffix(float* restrict y, cons
                                                          const float* restrict c, int64_t s, int64_t e) {{ \\
   int64_t r = s; \\
   for (; r + 8 <= e; r += 8) {{ \\
-    int64_t b = pos[r], w = pos[r + 8] - b; \\
-    if (w == 0 || w > 16) {{ \\
-      COITER_ROWS_TAIL(float, r, r + 8) \\
-      continue; \\
-    }} \\
-    vec_t lo = load((const void*)(pos + r)), n = sub(load((const void*)(pos + r + 1)), lo); \\
-    uint32_t in = (uint32_t)((1u << w) - 1); \\
+    COITER_GROUP_HEAD(float, 16, vec_t, load, sub, set1) \\
     __m256 x0 = COITER_X8_PS(0), x1 = x0; \\
     if (w > 8) x1 = COITER_X8_PS(8); \\
     __m512 x = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(x0)), \\
                                                    _mm256_castps_pd(x1), 1)); \\
     __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps((__mmask16)in, v + b), x); \\
-    vec_t o = sub(lo, set1(b)), j = set1(0); \\
     __m256 t = _mm256_setzero_ps(); \\
     for (__mmask8 m = cmpgt(n, j); m; j = add(j, set1(1)), m = cmpgt(n, j)) \\
       t = _mm256_mask_add_ps(t, m, t, pickf(p, add(o, j))); \\
