@@ -70,6 +70,19 @@ def test_diagonals_of_order_3_tensors(fmt: str) -> None:
                                np.einsum("iik->k", t), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("fa", ["ds", "ds:1,0", "ss:1,0", "uq"])
+@pytest.mark.parametrize("fb", ["ss", "ds:1,0", "dd"])
+def test_diagonals_of_two_operands_stored_in_different_orders(fa: str, fb: str) -> None:
+    """Each operand's diagonal is solved against its own storage order (a shared variable
+    made column-first B conflict with row-first A)."""
+    rng = np.random.default_rng(13)
+    a, b = random_array(rng, (7, 7), 0.5), random_array(rng, (7, 7), 0.5)
+    got = coiter.evaluate("d(i) = A(i,i) * B(i,i)", A=tensor(a, fa), B=tensor(b, fb)).to_numpy()
+    np.testing.assert_allclose(got, np.diag(a) * np.diag(b), rtol=1e-12)
+    got = coiter.evaluate("d(i) = A(i,i) + B(i,i)", A=tensor(a, fa), B=tensor(b, fb)).to_numpy()
+    np.testing.assert_allclose(got, np.diag(a) + np.diag(b), rtol=1e-12)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_diagonal_scaling_of_a_large_csr_matrix_in_parallel(threads: int) -> None:
     rng = np.random.default_rng(2)

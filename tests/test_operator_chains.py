@@ -199,6 +199,7 @@ def _comparable(got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarra
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 @example(seed=593797)  # inf times an unstored zero, then != : a bool hid NumPy's nan
+@example(seed=129174)  # diagonals of two operands stored in opposite orders
 @example(seed=4225571808)  # a uint64 min: its identity, 2**64 - 1, reached C as a constant
 def test_random_operator_chains_equal_numpy(seed: int) -> None:
     """Each chain twice, built afresh from the same seed: the second time a deferred chain

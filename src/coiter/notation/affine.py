@@ -87,7 +87,9 @@ def trivialize(a: Assignment) -> tuple[Assignment, tuple[Equation, ...]]:
         return IndexVar(candidate)
 
     def name(sub: Affine | Window, access: Access, diagonal: bool = False) -> IndexVar:
-        key = (sub, access.tensor) if isinstance(sub, Window) else sub
+        # a window or a diagonal is solved against its operand's storage order, so each
+        # operand gets its own variable: T0(i,i) * T1(i,i) with T0 stored column first
+        key = (sub, access.tensor) if isinstance(sub, Window) or diagonal else sub
         if key not in fresh:
             # i+k is read through "ik" (ik0, ik1... when taken)
             var = fresh[key] = unused("".join(v.name for v in sub.vars))
