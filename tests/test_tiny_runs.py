@@ -92,6 +92,22 @@ def test_groups_on_both_sides_of_each_window(flags: str, index: type, dtype: typ
     assert _takes_helper(k, "i32" if index == np.int32 else "i64", dtype)
 
 
+@pytest.mark.parametrize("flags", ["native", "plain-loads"])
+@pytest.mark.parametrize("rows", [2048 + 7, 2048 + 512 * 3 + 5, 9000])
+def test_streams_fetched_pages_ahead_within_the_range(flags: str, rows: int) -> None:
+    """Every 512 rows the helper fetches its streams COITER_PAGES_AHEAD rows and positions
+    ahead, while those lie within its range: row counts just past that distance, on one
+    thread (the helper takes all rows) and two (chunks of rows), every row its own sum."""
+    rng = np.random.default_rng(rows)
+    a = csr_with_lengths(rng, _tiny_lengths(rng, rows), 500, np.int32)
+    x = spread_values(rng, 500)
+    with cflags(flags):
+        k = coiter.compile(SPMV, formats={"A": "csr"})
+        for threads in (1, 2):
+            _same_bits(k(A=a, x=x, threads=threads).to_numpy(), row_sums_in_order(a, x))
+    assert _takes_helper(k, "i32")
+
+
 def test_every_row_of_a_parallel_loop_is_written() -> None:
     """The result is allocated unzeroed: groups of eight rows in chunks over two threads, a
     tail of five rows, each row written once with its own sum."""
