@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import ArgumentError, FormatError, ShapeError
 from .format import Format
+from .memory import place
 from .packing import pack_levels, repeated_path_error
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -237,7 +238,7 @@ class Storage:
         if not order:
             return cls(fmt, (), (), np.asarray([values.sum()], dtype=values.dtype))
         levels, vals = pack_levels(fmt.levels, perm, [shape[m] for m in fmt.ordering], values, itype)
-        return cls(fmt, tuple(shape), levels, vals)
+        return cls(fmt, tuple(shape), *place(levels, vals))
 
     @classmethod
     def _from_coords_layout(cls, coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...],
