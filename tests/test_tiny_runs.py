@@ -93,11 +93,12 @@ def test_groups_on_both_sides_of_each_window(flags: str, index: type, dtype: typ
 
 
 @pytest.mark.parametrize("flags", ["native", "plain-loads"])
-@pytest.mark.parametrize("rows", [2048 + 7, 2048 + 512 * 3 + 5, 9000])
-def test_streams_fetched_pages_ahead_within_the_range(flags: str, rows: int) -> None:
+@pytest.mark.parametrize("rows", [128 + 3, 128 + 8 * 9, 2048 + 7, 2048 + 512 * 3 + 5, 9000])
+def test_streams_fetched_ahead_within_the_range(flags: str, rows: int) -> None:
     """Every 512 rows the helper fetches its streams COITER_PAGES_AHEAD rows and positions
-    ahead, while those lie within its range: row counts just past that distance, on one
-    thread (the helper takes all rows) and two (chunks of rows), every row its own sum."""
+    ahead, and the plain-load helper in every group of eight rows COITER_GROUP_AHEAD ahead,
+    while those lie within its range: row counts just past either distance, on one thread
+    (the helper takes all rows) and two (chunks of rows), every row its own sum."""
     rng = np.random.default_rng(rows)
     a = csr_with_lengths(rng, _tiny_lengths(rng, rows), 500, np.int32)
     x = spread_values(rng, 500)
