@@ -109,7 +109,8 @@ def test_kernels_on_a_placed_tensor(offered: None, dtype: type) -> None:
     dense = np.zeros(shape, dtype)
     dense[tuple(coords)] = vals
     c = (rng.integers(-9, 10, 100) if dtype == np.int64 else rng.standard_normal(100)).astype(dtype)
-    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": coiter.csf(3), "A": coiter.csf(2)}, dtype=dtype)
+    k = coiter.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": coiter.csf(3), "A": coiter.csf(2)},
+                       dtype=dtype)
     want = np.einsum("ijk,k->ij", dense, c)
     tol = 1e-4 if dtype == np.float32 else 1e-12
     for t in (b, pickle.loads(pickle.dumps(b))):

@@ -8,7 +8,7 @@ arrays of 4 MiB or more; a tensor of a million entries has no such array. Placed
 block advised for huge pages, its arrays take a walk per 2 MiB instead. AMD Zen 4, 1 thread,
 TTV's fiber sums on data from memory, ms, arrays as packed -> in one huge-page block:
 fb15k-237 0.71 -> 0.61, wn18rr 0.38 -> 0.36, gen-uniform3 1.05 -> 1.01
-(docs/performance.md, "Operands in huge pages").
+(docs/performance.md, "TTV at one thread: operands in huge pages, streams a group ahead").
 """
 from __future__ import annotations
 
@@ -42,11 +42,10 @@ def huge_pages_offered() -> bool:
 def block_length(nbytes: int) -> int:
     """Bytes of the block that holds ``nbytes`` of arrays, 0 where they stay as they are.
 
-    Whole huge pages where rounding up costs at most half as much again as the arrays
-    themselves (so a block holds at least one huge page, and its unused tail is less than
-    2 MiB and less than half its arrays); else the arrays' own bytes, whose last partial
-    huge page gets small pages. Under one huge page's worth, no block: rounding up would
-    more than double the tensor's memory.
+    Whole huge pages where rounding up adds at most half the arrays' size (so the unused
+    tail is less than 2 MiB and less than half the arrays; from about 1.3 MiB of arrays);
+    else, from 2 MiB, the arrays' own bytes, whose last partial huge page gets small pages;
+    else no block, which no huge page could back.
     """
     whole = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
     if 2 * (whole - nbytes) <= nbytes:
