@@ -18,8 +18,6 @@ MIB = 1 << 20
 @pytest.fixture
 def offered(monkeypatch: pytest.MonkeyPatch) -> None:
     """Huge pages offered whatever this machine's setting (the block is made all the same)."""
-    if not hasattr(mmap, "MADV_HUGEPAGE"):
-        pytest.skip("mmap.MADV_HUGEPAGE: Linux only")
     monkeypatch.setattr(memory, "huge_pages_offered", lambda: True)
 
 
@@ -72,8 +70,6 @@ def test_small_arrays_or_no_huge_pages_stay_as_they_are(monkeypatch: pytest.Monk
 
 
 def test_huge_pages_offered_reads_the_setting(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    if not hasattr(mmap, "MADV_HUGEPAGE"):
-        pytest.skip("mmap.MADV_HUGEPAGE: Linux only")
     setting = tmp_path / "enabled"
     monkeypatch.setattr(memory, "THP_SETTING", setting)
     for text, offered in [("always [madvise] never\n", True), ("[always] madvise never\n", True),
